@@ -1,0 +1,1 @@
+"""databuild: deterministic builder of packed SFT datasets."""

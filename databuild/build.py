@@ -1,0 +1,165 @@
+"""`databuild make`: the stages wired together, then the results published atomically.
+
+Order of publication: parquet written and fsynced under NAME.parquet.partial; the old manifest
+removed; the parquet renamed to its final name; the manifest written last. A build is complete
+exactly when its manifest exists: a crash at any point leaves no manifest that describes a file
+it does not match.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import closing
+from dataclasses import dataclass
+from itertools import islice
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from tqdm import tqdm
+
+from .config import BuildConfig
+from .encode import Encoder, encode_stream
+from .errors import BuildError
+from .hashing import RowsHasher, file_sha256
+from .inputs import ResolvedInputs, resolve_inputs
+from .manifest import FORMAT, library_versions, manifest_path, write_manifest
+from .pack import PackStats, pack_rows
+from .permute import permutation
+from .render import Renderer, load_tokenizer
+from .source import Conversation, Malformed, find_malformed, read_in_order
+from .write import partial_path, publish, write_rows
+
+DEFAULT_BATCH = 256
+DEFAULT_WINDOW = 65536
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    parquet: Path
+    manifest: Path
+    data: dict[str, Any]  # the manifest's content
+    seconds: float
+
+
+def separator_id(tokenizer, config: BuildConfig) -> tuple[str, int]:
+    token = config.separator or tokenizer.eos_token
+    if token is None:
+        raise BuildError(f"{config.path}: the tokenizer has no EOS token; set 'separator' in the config")
+    token_id = tokenizer.convert_tokens_to_ids(token)
+    if token_id is None or (token_id == tokenizer.unk_token_id and token != tokenizer.unk_token):
+        raise BuildError(f"{config.path}: key 'separator' = {token!r}: not a single token of the tokenizer")
+    return token, int(token_id)
+
+
+def _without_malformed(conversations: Iterable[Conversation], malformed: dict[int, Malformed],
+                       skipped: list[Malformed]) -> Iterator[Conversation]:
+    for conversation in conversations:
+        if conversation.index in malformed:
+            skipped.append(malformed[conversation.index])
+            continue
+        yield conversation
+
+
+def _check_malformed(config: BuildConfig, found: list[Malformed]) -> dict[int, Malformed]:
+    if found and config.on_bad_conversation == "error":
+        more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+        raise BuildError(f"malformed conversation: {found[0].message()}{more}; "
+                         "set on_bad_conversation: skip in the config to skip and count them")
+    return {m.index: m for m in found}
+
+
+def make(config: BuildConfig, out_dir: Path, *, offline: bool = False, workers: int = 1,
+         batch_size: int = DEFAULT_BATCH, window: int = DEFAULT_WINDOW, progress: bool | None = None) -> BuildResult:
+    started = time.perf_counter()
+    inputs = resolve_inputs(config, offline=offline)
+    tokenizer = load_tokenizer(inputs.tokenizer_dir)
+    separator, sep_id = separator_id(tokenizer, config)
+    malformed = _check_malformed(config, find_malformed(list(inputs.source_files)))
+    n = sum(f.rows for f in inputs.source_files)
+    order = permutation(n, config.seed)
+
+    final = Path(out_dir) / f"{config.name}.parquet"
+    encoder = Encoder(tokenizer, Renderer.for_tokenizer(tokenizer, config.template_kwargs_dict), config.loss_mask)
+    stats, skipped, hasher = PackStats(), [], RowsHasher()
+    conversations = _without_malformed(read_in_order(list(inputs.source_files), order, window), malformed, skipped)
+    with closing(encode_stream(conversations, encoder, batch_size, workers)) as tokenized:
+        rows = islice(pack_rows(tokenized, config.row_tokens, sep_id, stats), config.rows)
+        # disable=None: a bar on a terminal, nothing in logs and CI
+        bar = tqdm(rows, total=config.rows, unit="row", desc=config.name,
+                   disable=None if progress is None else not progress, leave=False)
+        written = write_rows(bar, final, config.row_tokens, hasher)
+    partial = partial_path(final)
+    if written < config.rows:
+        partial.unlink(missing_ok=True)
+        raise BuildError(f"the source ran out: {written} rows kept of the {config.rows} the config asks for "
+                         f"({stats.conversations_read} conversations, {stats.rows_skipped_unsupervised} rows "
+                         "skipped without targets)")
+    parquet_sha256, parquet_bytes = file_sha256(partial)
+    manifest = build_manifest(config, inputs, separator, sep_id, stats, skipped, list(malformed.values()),
+                              hasher.hexdigest(), hasher.row_digests, parquet_sha256, parquet_bytes, final.name)
+    manifest_file = manifest_path(final)
+    manifest_file.unlink(missing_ok=True)
+    publish(partial, final)
+    write_manifest(manifest, manifest_file)
+    return BuildResult(final, manifest_file, manifest, time.perf_counter() - started)
+
+
+def build_manifest(config: BuildConfig, inputs: ResolvedInputs, separator: str, sep_id: int, stats: PackStats,
+                   skipped: list[Malformed], malformed: list[Malformed], rows_sha256: str, row_digests: list[str],
+                   parquet_sha256: str,
+                   parquet_bytes: int, file_name: str) -> dict[str, Any]:
+    from .write import WRITER_OPTIONS, rows_per_group
+
+    total = stats.tokens_kept
+    return {
+        "format": FORMAT,
+        "name": config.name,
+        "output": {
+            "file": file_name,
+            "rows_sha256": rows_sha256,
+            "parquet_sha256": parquet_sha256,
+            "parquet_bytes": parquet_bytes,
+            "rows": stats.rows_kept,
+            "row_tokens": config.row_tokens,
+            "padding_tokens": 0,
+            "tokens": total,
+            "supervised_tokens": stats.supervised_tokens_kept,
+            "supervised_token_ratio": stats.supervised_tokens_kept / total if total else 0.0,
+        },
+        "build": {
+            "loss_mask": config.loss_mask,
+            "seed": config.seed,
+            "permutation": "numpy.random.default_rng(seed).permutation(source_conversations)",
+            "template_kwargs": config.template_kwargs_dict,
+            "separator": {"token": separator, "id": sep_id},
+            "on_bad_conversation": config.on_bad_conversation,
+            "parquet_writer": {**WRITER_OPTIONS, "row_group_rows": rows_per_group(config.row_tokens)},
+        },
+        "inputs": {
+            "source": {
+                "repo": config.source.repo, "revision": config.source.revision, "split": config.source.split,
+                "origin": inputs.origin,
+                "files": [{"path": p, "bytes": b, "sha256": s, "rows": f.rows}
+                          for (p, b, s), f in zip(inputs.source_hashes, inputs.source_files)],
+            },
+            "tokenizer": {
+                "repo": config.tokenizer.repo, "revision": config.tokenizer.revision,
+                "origin": "local" if config.tokenizer.dir else "hub",
+                "sha256": dict(inputs.tokenizer_hashes),
+            },
+        },
+        "counts": {
+            "source_conversations": sum(f.rows for f in inputs.source_files),
+            "malformed_in_source": len(malformed),
+            "conversations_read": stats.conversations_read,
+            "conversations_skipped": {"malformed": len(skipped)},
+            "separators_inserted": stats.separators_inserted,
+            "rows_skipped": {"no_supervised_token": stats.rows_skipped_unsupervised},
+            "by_source": {source: {"conversations": stats.conversations_by_source[source],
+                                   "tokens": stats.tokens_by_source[source]}
+                          for source in sorted(stats.tokens_by_source)},
+        },
+        "skipped_conversations": [m.__dict__ for m in skipped],
+        "versions": library_versions(),
+        "row_digests": row_digests,
+    }

@@ -1,0 +1,154 @@
+"""The command line: parses, calls, prints. Every failure is one line on stderr, never a traceback."""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from pathlib import Path
+
+import click
+
+# transformers advises about PyTorch on import; a data builder never needs it.
+os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+
+from .errors import BuildError
+
+EXIT_FAILED = 1
+
+
+def one_line_errors(command):
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except BuildError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(getattr(exc, "exit_code", EXIT_FAILED))
+        except KeyboardInterrupt:
+            click.echo("error: interrupted; nothing was written under the final names", err=True)
+            sys.exit(130)
+    return wrapper
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(package_name="databuild")
+def main():
+    """Deterministic builder of packed SFT datasets.
+
+    \b
+    Examples:
+      databuild list
+      databuild make muse-spark-tiny-fixed512-v1 --out build/
+      databuild fetch muse-spark-tulu3-fixed8192-v1
+      databuild make muse-spark-tulu3-fixed8192-v1 --offline
+      databuild hash build/muse-spark-tiny-fixed512-v1.parquet
+    """
+
+
+@main.command("list")
+@one_line_errors
+def list_configs():
+    """The configs that `make NAME` knows, one line each.
+
+    \b
+    Example:
+      databuild list
+    """
+    from .config import available_configs, load_config
+
+    for name, path in available_configs().items():
+        config = load_config(path)
+        click.echo(f"{name}\t{config.rows} rows x {config.row_tokens} tokens\t{config.source.repo}"
+                   f"@{config.source.revision[:12]}\t{path}")
+
+
+def _overrides(config, dataset_dir, tokenizer_dir):
+    return config.with_overrides(dataset_dir=dataset_dir, tokenizer_dir=tokenizer_dir)
+
+
+@main.command()
+@click.argument("name")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("build"),
+              show_default=True, help="Directory for NAME.parquet and NAME.manifest.json.")
+@click.option("--offline", is_flag=True, help="Use the hub cache only (as HF_HUB_OFFLINE=1); never the network.")
+@click.option("--dataset-dir", type=click.Path(file_okay=False, path_type=Path),
+              help="A local copy of the source repo (data/*.parquet) in place of the hub.")
+@click.option("--tokenizer-dir", type=click.Path(file_okay=False, path_type=Path),
+              help="A local copy of the tokenizer files in place of the hub; checked against the pins.")
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Processes that render and tokenize; the output does not depend on it.")
+@click.option("--batch-size", type=click.IntRange(min=1), default=256, show_default=True,
+              help="Conversations per tokenizer batch; the output does not depend on it.")
+@click.option("--recipe", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              help="A recipe YAML whose workload.dataset block receives the results once the file verifies.")
+@one_line_errors
+def make(name, out_dir, offline, dataset_dir, tokenizer_dir, workers, batch_size, recipe):
+    """Build the rows of config NAME (a config name or a path to a config YAML).
+
+    \b
+    Examples:
+      databuild make muse-spark-tiny-fixed512-v1
+      databuild make muse-spark-tulu3-fixed8192-v1 --offline --workers 2
+      databuild make configs/my-build.yaml --out /data/rows --recipe recipe.yaml
+      databuild make NAME --dataset-dir ./tulu --tokenizer-dir ./tok   # air-gapped
+    """
+    from .build import make as run_make
+    from .config import resolve_config
+
+    config = _overrides(resolve_config(name), dataset_dir, tokenizer_dir)
+    result = run_make(config, out_dir, offline=offline, workers=workers, batch_size=batch_size)
+    s = result.data["output"]
+    skipped = result.data["counts"]["rows_skipped"]["no_supervised_token"]
+    click.echo(f"{result.parquet}\n"
+               f"  rows                   {s['rows']} x {s['row_tokens']} tokens ({s['tokens']:,} tokens)\n"
+               f"  supervised_token_ratio {s['supervised_token_ratio']:.4f}\n"
+               f"  rows skipped           {skipped} (no supervised token)\n"
+               f"  rows_sha256            {s['rows_sha256']}\n"
+               f"  parquet_sha256         {s['parquet_sha256']}\n"
+               f"  parquet_bytes          {s['parquet_bytes']:,}\n"
+               f"  time                   {result.seconds:.1f} s ({s['tokens'] / max(result.seconds, 1e-9):,.0f} tokens/s)\n"
+               f"  manifest               {result.manifest}")
+    if recipe is not None:
+        from .recipe import update_recipe
+
+        changed = update_recipe(recipe, result.parquet, result.manifest)
+        click.echo(f"  recipe                 {recipe} ({'updated' if changed else 'already up to date'})")
+
+
+@main.command()
+@click.argument("name")
+@one_line_errors
+def fetch(name):
+    """Download exactly the pinned source and tokenizer files into the hub cache.
+
+    Run it where the hub is reachable; `make NAME --offline` then builds from the cache alone.
+
+    \b
+    Example:
+      HF_HOME=/shared/hf databuild fetch muse-spark-tulu3-fixed8192-v1
+    """
+    from .config import resolve_config
+    from .inputs import fetch as run_fetch
+
+    resolved = run_fetch(resolve_config(name))
+    click.echo(f"source    {resolved.source_root} ({len(resolved.source_files)} files)")
+    click.echo(f"tokenizer {resolved.tokenizer_dir}")
+
+
+@main.command("hash")
+@click.argument("parquet", type=click.Path(dir_okay=False, path_type=Path))
+@one_line_errors
+def hash_command(parquet):
+    """Print the pinned figures of a row file, computed from the file alone.
+
+    \b
+    Example:
+      databuild hash build/muse-spark-tiny-fixed512-v1.parquet
+    """
+    from .hashing import hash_parquet
+
+    summary = hash_parquet(parquet)
+    for key in ("rows_sha256", "parquet_sha256", "parquet_bytes", "rows", "row_tokens"):
+        click.echo(f"{key:<23}{getattr(summary, key)}")
+    click.echo(f"{'supervised_token_ratio':<23}{summary.supervised_token_ratio!r}")

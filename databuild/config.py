@@ -1,0 +1,214 @@
+"""Build configs: one YAML file per build, loaded into a frozen, validated dataclass.
+
+Every check names the key and the bad value, so a typo in a config fails at load time with a
+message that points at it, never halfway through a build.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ruamel.yaml import YAML
+from ruamel.yaml.error import YAMLError
+
+from .errors import BuildError
+
+COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
+SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+BAD_CONVERSATION_POLICIES = ("error", "skip")
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    repo: str
+    revision: str
+    split: str = "train"
+    dir: Path | None = None  # a local copy laid out like the hub repo, used in place of the hub
+
+
+@dataclass(frozen=True)
+class TokenizerSpec:
+    repo: str
+    revision: str
+    sha256: tuple[tuple[str, str], ...]  # (file name, hex digest), sorted by file name
+    dir: Path | None = None
+
+
+@dataclass(frozen=True)
+class BuildConfig:
+    name: str
+    source: SourceSpec
+    tokenizer: TokenizerSpec
+    loss_mask: str
+    seed: int
+    row_tokens: int
+    rows: int
+    template_kwargs: tuple[tuple[str, Any], ...] = ()
+    separator: str | None = None  # a token string; None means the tokenizer's EOS token
+    on_bad_conversation: str = "error"
+    path: Path | None = field(default=None, compare=False)
+
+    @property
+    def template_kwargs_dict(self) -> dict[str, Any]:
+        return dict(self.template_kwargs)
+
+    @property
+    def tokenizer_sha256(self) -> dict[str, str]:
+        return dict(self.tokenizer.sha256)
+
+    def with_overrides(self, **changes: Any) -> BuildConfig:
+        """A copy with source/tokenizer directories replaced (the CLI's air-gapped overrides)."""
+        source, tokenizer = self.source, self.tokenizer
+        if changes.get("dataset_dir") is not None:
+            source = SourceSpec(source.repo, source.revision, source.split, Path(changes["dataset_dir"]))
+        if changes.get("tokenizer_dir") is not None:
+            tokenizer = TokenizerSpec(tokenizer.repo, tokenizer.revision, tokenizer.sha256,
+                                      Path(changes["tokenizer_dir"]))
+        return BuildConfig(**{**self.__dict__, "source": source, "tokenizer": tokenizer})
+
+
+def _fail(where: str, key: str, value: Any, why: str) -> BuildError:
+    return BuildError(f"{where}: key '{key}' = {value!r}: {why}")
+
+
+def _take(raw: dict, key: str, kind: type, where: str, default: Any = ...) -> Any:
+    if key not in raw:
+        if default is ...:
+            raise BuildError(f"{where}: missing key '{key}'")
+        return default
+    value = raw[key]
+    if kind is int and isinstance(value, bool) or not isinstance(value, kind):
+        raise _fail(where, key, value, f"expected {kind.__name__}")
+    return value
+
+
+def _commit(raw: dict, key: str, where: str) -> str:
+    value = _take(raw, key, str, where)
+    if not COMMIT_RE.match(value):
+        raise _fail(where, key, value, "a pinned build needs a 40-hex commit, not a branch or tag")
+    return value
+
+
+def _local_dir(raw: dict, where: str, base: Path) -> Path | None:
+    value = _take(raw, "dir", str, where, None)
+    return None if value is None else (base / os.path.expanduser(value)).resolve()
+
+
+def _source(raw: Any, where: str, base: Path) -> SourceSpec:
+    if not isinstance(raw, dict):
+        raise _fail(where, "source", raw, "expected a mapping")
+    where = f"{where}: source"
+    _reject_unknown(raw, {"repo", "revision", "split", "dir"}, where)
+    return SourceSpec(_take(raw, "repo", str, where), _commit(raw, "revision", where),
+                      _take(raw, "split", str, where, "train"), _local_dir(raw, where, base))
+
+
+def _tokenizer(raw: Any, where: str, base: Path) -> TokenizerSpec:
+    if not isinstance(raw, dict):
+        raise _fail(where, "tokenizer", raw, "expected a mapping")
+    where = f"{where}: tokenizer"
+    _reject_unknown(raw, {"repo", "revision", "sha256", "dir"}, where)
+    pins = _take(raw, "sha256", dict, where)
+    for name, digest in pins.items():
+        if not isinstance(digest, str) or not SHA256_RE.match(digest):
+            raise _fail(where, f"sha256.{name}", digest, "expected 64 lowercase hex digits")
+    if "tokenizer.json" not in pins:
+        raise BuildError(f"{where}: key 'sha256' must pin tokenizer.json")
+    return TokenizerSpec(_take(raw, "repo", str, where), _commit(raw, "revision", where),
+                         tuple(sorted(pins.items())), _local_dir(raw, where, base))
+
+
+def _reject_unknown(raw: dict, known: set[str], where: str) -> None:
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise BuildError(f"{where}: unknown key '{unknown[0]}' (known: {', '.join(sorted(known))})")
+
+
+TOP_KEYS = {"name", "description", "source", "tokenizer", "template_kwargs", "loss_mask", "seed",
+            "row_tokens", "rows", "separator", "on_bad_conversation"}
+
+
+def load_config(path: str | os.PathLike) -> BuildConfig:
+    """Read and validate one config YAML."""
+    from .masks import STRATEGIES
+
+    path = Path(path)
+    where = str(path)
+    try:
+        raw = YAML(typ="safe", pure=True).load(path.read_text(encoding="utf-8"))
+    except (OSError, YAMLError) as exc:
+        raise BuildError(f"{where}: cannot read config: {exc}".replace("\n", " ")) from None
+    if not isinstance(raw, dict):
+        raise BuildError(f"{where}: expected a mapping at the top level")
+    _reject_unknown(raw, TOP_KEYS, where)
+    base = path.parent
+    kwargs = _take(raw, "template_kwargs", dict, where, {})
+    for key, value in kwargs.items():
+        if not isinstance(value, (str, int, float, bool)):
+            raise _fail(where, f"template_kwargs.{key}", value, "expected a scalar")
+    if "current_date" in kwargs and not re.match(r"^\d{4}-\d{2}-\d{2}$", str(kwargs["current_date"])):
+        raise _fail(where, "template_kwargs.current_date", kwargs["current_date"], "expected YYYY-MM-DD")
+    loss_mask = _take(raw, "loss_mask", str, where)
+    if loss_mask not in STRATEGIES:
+        raise _fail(where, "loss_mask", loss_mask, f"known strategies: {', '.join(sorted(STRATEGIES))}")
+    policy = _take(raw, "on_bad_conversation", str, where, "error")
+    if policy not in BAD_CONVERSATION_POLICIES:
+        raise _fail(where, "on_bad_conversation", policy, "expected 'error' or 'skip'")
+    config = BuildConfig(
+        name=_take(raw, "name", str, where),
+        source=_source(raw.get("source"), where, base),
+        tokenizer=_tokenizer(raw.get("tokenizer"), where, base),
+        template_kwargs=tuple(sorted((str(k), v) for k, v in kwargs.items())),
+        loss_mask=loss_mask,
+        seed=_take(raw, "seed", int, where),
+        row_tokens=_take(raw, "row_tokens", int, where),
+        rows=_take(raw, "rows", int, where),
+        separator=_take(raw, "separator", str, where, None),
+        on_bad_conversation=policy,
+        path=path.resolve(),
+    )
+    if not re.match(r"^[A-Za-z0-9._-]+$", config.name):
+        raise _fail(where, "name", config.name, "use letters, digits, '.', '_' and '-' only")
+    for key in ("row_tokens", "rows"):
+        if getattr(config, key) <= 0:
+            raise _fail(where, key, getattr(config, key), "must be positive")
+    if config.seed < 0:
+        raise _fail(where, "seed", config.seed, "must be non-negative")
+    return config
+
+
+def config_dirs() -> list[Path]:
+    """Where `databuild list` and `make NAME` look: $DATABUILD_CONFIGS, ./configs, the repo's configs/."""
+    dirs = []
+    if os.environ.get("DATABUILD_CONFIGS"):
+        dirs.append(Path(os.environ["DATABUILD_CONFIGS"]))
+    dirs += [Path.cwd() / "configs", Path(__file__).resolve().parent.parent / "configs"]
+    seen, unique = set(), []
+    for d in dirs:
+        if d.is_dir() and d.resolve() not in seen:
+            seen.add(d.resolve())
+            unique.append(d)
+    return unique
+
+
+def available_configs() -> dict[str, Path]:
+    """Config name (file stem) to path, first directory wins."""
+    found: dict[str, Path] = {}
+    for d in config_dirs():
+        for path in sorted(d.glob("*.yaml")):
+            found.setdefault(path.stem, path)
+    return found
+
+
+def resolve_config(name_or_path: str) -> BuildConfig:
+    if name_or_path.endswith((".yaml", ".yml")) or os.sep in name_or_path:
+        return load_config(name_or_path)
+    configs = available_configs()
+    if name_or_path not in configs:
+        known = ", ".join(sorted(configs)) or "none"
+        raise BuildError(f"no config named '{name_or_path}' (known: {known}); pass a path to a YAML file")
+    return load_config(configs[name_or_path])

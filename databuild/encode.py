@@ -1,0 +1,101 @@
+"""Tokenize stage: render, tokenize once whole, mask; batched through the tokenizer's Rust threads.
+
+The rendered text is encoded without special tokens of the tokenizer's own (no double BOS), the way
+`apply_chat_template(tokenize=True)` encodes it. Batches are pure functions of their conversations,
+so worker processes change only the speed, never the output: results come back in batch order.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections import deque
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from itertools import islice
+from typing import Iterable, Iterator
+
+import numpy as np
+
+from .masks import STRATEGIES, TokenView, spans_to_mask
+from .render import Renderer
+from .source import Conversation
+
+
+@dataclass(frozen=True)
+class TokenizedConversation:
+    position: int
+    index: int
+    id: str
+    source: str
+    input_ids: np.ndarray  # int32
+    loss_mask: np.ndarray  # int8, 1 = target
+
+
+class Encoder:
+    """Render + tokenize + mask for one batch; holds only picklable state for worker processes."""
+
+    def __init__(self, tokenizer, renderer: Renderer, loss_mask: str):
+        self.backend_json = tokenizer.backend_tokenizer.to_str()
+        self.renderer = renderer
+        self.loss_mask = loss_mask
+        special = {t.content for t in tokenizer.added_tokens_decoder.values() if t.special}
+        self.special_tokens = tuple(sorted(special, key=lambda t: (-len(t), t)))
+        self._backend = tokenizer.backend_tokenizer
+
+    def __getstate__(self):
+        return {k: v for k, v in self.__dict__.items() if k != "_backend"}
+
+    def __setstate__(self, state):
+        from tokenizers import Tokenizer
+
+        self.__dict__.update(state)
+        self._backend = Tokenizer.from_str(self.backend_json)
+
+    def encode_batch(self, batch: list[Conversation]) -> list[TokenizedConversation]:
+        texts = [self.renderer.render(c.messages) for c in batch]
+        encodings = self._backend.encode_batch(texts, add_special_tokens=False)
+        strategy = STRATEGIES[self.loss_mask]
+        out = []
+        for conversation, text, encoding in zip(batch, texts, encodings):
+            ids = np.asarray(encoding.ids, dtype=np.int32)
+            offsets = np.asarray(encoding.offsets, dtype=np.int64).reshape(-1, 2)
+            view = TokenView(ids, offsets[:, 0], offsets[:, 1], self.special_tokens)
+            spans = strategy(conversation.id, conversation.messages, text, view)
+            mask = spans_to_mask(spans, view.starts, view.ends)
+            out.append(TokenizedConversation(conversation.position, conversation.index, conversation.id,
+                                             conversation.source, ids, mask))
+        return out
+
+
+def _batches(items: Iterable[Conversation], size: int) -> Iterator[list[Conversation]]:
+    iterator = iter(items)
+    while batch := list(islice(iterator, size)):
+        yield batch
+
+
+def encode_stream(conversations: Iterable[Conversation], encoder: Encoder, batch_size: int,
+                  workers: int = 1) -> Iterator[TokenizedConversation]:
+    """Tokenized conversations in input order. At most 2*workers batches are in flight (bounded memory)."""
+    if workers <= 1:
+        for batch in _batches(conversations, batch_size):
+            yield from encoder.encode_batch(batch)
+        return
+    # spawn, not fork: the tokenizer's Rust thread pool does not survive a fork.
+    context = multiprocessing.get_context("spawn")
+    env_threads = os.environ.get("RAYON_NUM_THREADS")
+    os.environ["RAYON_NUM_THREADS"] = "1"  # one process per core; children inherit this at spawn
+    try:
+        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+            pending: deque = deque()
+            for batch in _batches(conversations, batch_size):
+                pending.append(pool.submit(encoder.encode_batch, batch))
+                if len(pending) >= 2 * workers:
+                    yield from pending.popleft().result()
+            while pending:
+                yield from pending.popleft().result()
+    finally:
+        if env_threads is None:
+            os.environ.pop("RAYON_NUM_THREADS", None)
+        else:
+            os.environ["RAYON_NUM_THREADS"] = env_threads

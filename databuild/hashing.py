@@ -1,0 +1,160 @@
+"""The hashes that pin a build, defined once and used by make, hash and verify alike.
+
+rows_sha256: SHA-256 over the kept rows in order; each row contributes its input_ids as
+little-endian int32 bytes, then its loss_mask as one byte (0 or 1) per token. It depends on the
+tokens and targets only, never on the parquet encoding. parquet_sha256: SHA-256 of the file's bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from .errors import BuildError
+
+FILE_CHUNK = 1 << 20
+
+
+ROW_DIGEST_HEX = 16
+
+
+def row_bytes(input_ids: np.ndarray, loss_mask: np.ndarray) -> np.ndarray:
+    """(rows, row_tokens) arrays to (rows, 5 * row_tokens) bytes: each row's ids (<i4), then its mask."""
+    rows = len(input_ids)
+    ids_bytes = np.ascontiguousarray(input_ids, dtype="<i4").view(np.uint8).reshape(rows, -1)
+    return np.concatenate([ids_bytes, np.asarray(loss_mask).astype(np.uint8).reshape(rows, -1)], axis=1)
+
+
+class RowsHasher:
+    """rows_sha256, plus a short digest of each row (the first ROW_DIGEST_HEX hex digits of the
+    SHA-256 of that row's bytes) so that verify can name the first row that differs."""
+
+    def __init__(self):
+        self._sha = hashlib.sha256()
+        self.row_digests: list[str] = []
+
+    def update_rows(self, input_ids: np.ndarray, loss_mask: np.ndarray) -> None:
+        """Rows of equal length, as (rows, row_tokens) arrays."""
+        data = row_bytes(input_ids, loss_mask)
+        self._sha.update(data)
+        self.row_digests.extend(hashlib.sha256(row).hexdigest()[:ROW_DIGEST_HEX] for row in data)
+
+    def hexdigest(self) -> str:
+        return self._sha.hexdigest()
+
+
+def file_sha256(path: Path) -> tuple[str, int]:
+    """(hex digest, size in bytes), streaming."""
+    sha, size = hashlib.sha256(), 0
+    with open(path, "rb") as handle:
+        while chunk := handle.read(FILE_CHUNK):
+            sha.update(chunk)
+            size += len(chunk)
+    return sha.hexdigest(), size
+
+
+@dataclass(frozen=True)
+class ParquetSummary:
+    rows_sha256: str
+    parquet_sha256: str
+    parquet_bytes: int
+    rows: int
+    row_tokens: int
+    supervised_tokens: int
+    row_digests: tuple[str, ...]
+
+    @property
+    def supervised_token_ratio(self) -> float:
+        total = self.rows * self.row_tokens
+        return self.supervised_tokens / total if total else 0.0
+
+
+class RowFormatError(BuildError):
+    """The file is readable parquet but not a valid databuild row file."""
+
+
+class UnreadableError(BuildError):
+    """The file cannot be read as parquet at all (missing, truncated, footer lost, corrupt pages)."""
+
+
+EXPECTED_TYPES = {"input_ids": pa.list_(pa.int32()), "loss_mask": pa.list_(pa.int8()),
+                  "seq_start_id": pa.list_(pa.int32()), "conversation_ids": pa.list_(pa.string())}
+
+
+def check_schema(schema: pa.Schema, path: Path) -> None:
+    for name, kind in EXPECTED_TYPES.items():
+        if name not in schema.names:
+            raise RowFormatError(f"{path}: schema: missing column '{name}'")
+        found = schema.field(name).type
+        if not found.equals(kind):
+            raise RowFormatError(f"{path}: schema: column '{name}' is {found}, expected {kind}")
+
+
+def _values(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """(flat values, per-row lengths) of a list column without nulls."""
+    array = column.combine_chunks()
+    return (array.flatten().to_numpy(zero_copy_only=False),
+            pc.list_value_length(array).to_numpy(zero_copy_only=False))
+
+
+def _check_group(table: pa.Table, first: int, row_tokens: int, path: Path) -> None:
+    for name in EXPECTED_TYPES:
+        if table.column(name).null_count:
+            raise RowFormatError(f"{path}: column '{name}' holds a null row")
+    _, id_lengths = _values(table.column("input_ids"))
+    mask_values, mask_lengths = _values(table.column("loss_mask"))
+    starts, start_lengths = _values(table.column("seq_start_id"))
+    _, conversation_lengths = _values(table.column("conversation_ids"))
+    for what, bad in (
+            (f"has a length other than {row_tokens} tokens", id_lengths != row_tokens),
+            ("input_ids and loss_mask lengths differ", mask_lengths != id_lengths),
+            ("seq_start_id and conversation_ids lengths differ", start_lengths != conversation_lengths),
+            ("seq_start_id is empty", start_lengths == 0)):
+        if bad.any():
+            raise RowFormatError(f"{path}: row {first + int(np.flatnonzero(bad)[0])} {what}")
+    if mask_values.size and (mask_values.min() < 0 or mask_values.max() > 1):
+        row = first + int(np.flatnonzero((mask_values < 0) | (mask_values > 1))[0]) // row_tokens
+        raise RowFormatError(f"{path}: row {row}: loss_mask holds a value other than 0 or 1")
+    row_of_start = np.repeat(np.arange(len(start_lengths)), start_lengths)
+    first_of_row = np.concatenate([[0], np.cumsum(start_lengths)[:-1]])
+    increasing = np.ones(len(starts), dtype=bool)
+    increasing[1:] = starts[1:] > starts[:-1]
+    increasing[first_of_row] = True
+    bad = (starts < 0) | (starts >= row_tokens) | ~increasing
+    bad[first_of_row] |= starts[first_of_row] != 0
+    if bad.any():
+        raise RowFormatError(f"{path}: row {first + int(row_of_start[np.flatnonzero(bad)[0]])}: seq_start_id "
+                             "must start at 0 and increase within the row")
+
+
+def hash_parquet(path: Path) -> ParquetSummary:
+    """Every pinned figure of a row file, from the file alone, one row group in memory at a time."""
+    try:
+        parquet = pq.ParquetFile(path)
+    except (OSError, pa.ArrowException) as exc:
+        raise UnreadableError(f"{path}: not readable as parquet: {exc}".replace("\n", " ")) from None
+    check_schema(parquet.schema_arrow, path)
+    hasher, rows, supervised, row_tokens = RowsHasher(), 0, 0, None
+    for group in range(parquet.num_row_groups):
+        try:
+            table = parquet.read_row_group(group)
+        except (OSError, pa.ArrowException) as exc:
+            raise UnreadableError(f"{path}: row group {group} unreadable: {exc}".replace("\n", " ")) from None
+        if not table.num_rows:
+            continue
+        ids, lengths = _values(table.column("input_ids"))
+        row_tokens = int(lengths[0]) if row_tokens is None else row_tokens
+        _check_group(table, rows, row_tokens, path)
+        mask, _ = _values(table.column("loss_mask"))
+        hasher.update_rows(ids.reshape(table.num_rows, -1), mask.reshape(table.num_rows, -1))
+        rows += table.num_rows
+        supervised += int(np.count_nonzero(mask))
+    digest, size = file_sha256(path)
+    return ParquetSummary(hasher.hexdigest(), digest, size, rows, row_tokens or 0, supervised,
+                          tuple(hasher.row_digests))

@@ -1,0 +1,156 @@
+"""Pinned inputs: the source dataset and the tokenizer, from a local copy or the Hugging Face hub.
+
+Hub inputs go through huggingface_hub and its standard cache (HF_HOME / HF_HUB_CACHE, HF_TOKEN,
+HF_HUB_OFFLINE), always at a 40-hex commit. Every file is checked before a row is built: the
+tokenizer files against the config's sha256 pins, cached hub files against the content hash the
+cache names their blob by, and the source's shard set against its `-of-NNNNN` count.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from .config import BuildConfig
+from .errors import BuildError
+from .hashing import file_sha256
+from .source import SourceFile, source_files
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja",
+                   "special_tokens_map.json", "added_tokens.json", "tokenizer.model")
+SHARD_RE = re.compile(r"-(\d{5})-of-(\d{5})\.parquet$")
+
+
+@dataclass(frozen=True)
+class ResolvedInputs:
+    source_root: Path
+    source_files: tuple[SourceFile, ...]
+    source_hashes: tuple[tuple[str, int, str], ...]  # (path, bytes, sha256) per source file
+    tokenizer_dir: Path
+    tokenizer_hashes: tuple[tuple[str, str], ...]  # (file, sha256) for every tokenizer file present
+    origin: str  # "hub" or "local"
+
+
+def offline_mode(flag: bool) -> bool:
+    from huggingface_hub import constants
+
+    return flag or bool(constants.HF_HUB_OFFLINE)
+
+
+def _fetch_hint(config: BuildConfig) -> str:
+    return f"run 'databuild fetch {config.name}' where the hub is reachable"
+
+
+def _snapshot(repo: str, revision: str, repo_type: str, patterns: list[str], offline: bool,
+              config: BuildConfig) -> Path:
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError
+    from huggingface_hub.errors import RevisionNotFoundError
+
+    try:
+        path = snapshot_download(repo, repo_type=repo_type, revision=revision, allow_patterns=patterns,
+                                 local_files_only=offline)
+    except LocalEntryNotFoundError:
+        raise BuildError(f"{repo_type} {repo}@{revision}: not in the hub cache and offline; "
+                         f"{_fetch_hint(config)}") from None
+    except (RepositoryNotFoundError, RevisionNotFoundError, HfHubHTTPError, OSError) as exc:
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise BuildError(f"{repo_type} {repo}@{revision}: {first_line}") from None
+    return Path(path)
+
+
+def check_cached_blob(path: Path, where: str, sha256: str | None = None) -> None:
+    """A hub cache names each blob by its content hash: sha256 (LFS files) or git's sha1."""
+    if not path.is_symlink():
+        return
+    etag = Path(os.readlink(path)).name
+    if re.fullmatch(r"[0-9a-f]{64}", etag):
+        found = sha256 or file_sha256(path)[0]
+    elif re.fullmatch(r"[0-9a-f]{40}", etag):
+        data = path.read_bytes()
+        found = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+    else:
+        return
+    if found != etag:
+        raise BuildError(f"{where}: cached file is corrupt (content hash {found}, cache entry {etag}); "
+                         "delete it and fetch again")
+
+
+def _check_shards(files: list[SourceFile], where: str) -> None:
+    counts = {SHARD_RE.search(f.name).group(2) for f in files if SHARD_RE.search(f.name)}
+    if len(counts) > 1:
+        raise BuildError(f"{where}: shards disagree on their count ({', '.join(sorted(counts))})")
+    if counts:
+        total = int(counts.pop())
+        present = {int(SHARD_RE.search(f.name).group(1)) for f in files if SHARD_RE.search(f.name)}
+        missing = sorted(set(range(total)) - present)
+        if missing:
+            stem = SHARD_RE.sub("", files[0].name)
+            raise BuildError(f"{where}: missing shard {stem}-{missing[0]:05d}-of-{total:05d}.parquet "
+                             f"({len(missing)} of {total} missing)")
+
+
+def _resolve_source(config: BuildConfig, offline: bool) -> tuple[Path, str]:
+    spec = config.source
+    if spec.dir is not None:
+        if not spec.dir.is_dir():
+            raise BuildError(f"source dir {spec.dir} does not exist")
+        return spec.dir, "local"
+    root = _snapshot(spec.repo, spec.revision, "dataset", [f"data/{spec.split}-*.parquet"], offline, config)
+    return root, "hub"
+
+
+def _resolve_tokenizer(config: BuildConfig, offline: bool) -> Path:
+    spec = config.tokenizer
+    if spec.dir is not None:
+        if not spec.dir.is_dir():
+            raise BuildError(f"tokenizer dir {spec.dir} does not exist")
+        return spec.dir
+    return _snapshot(spec.repo, spec.revision, "model", list(TOKENIZER_FILES), offline, config)
+
+
+def resolve_inputs(config: BuildConfig, offline: bool = False) -> ResolvedInputs:
+    """Locate, and check, every input of a build; nothing is tokenized before this returns."""
+    offline = offline_mode(offline)
+    tokenizer_dir = _resolve_tokenizer(config, offline)
+    where = f"tokenizer {config.tokenizer.repo}@{config.tokenizer.revision}"
+    tokenizer_hashes = []
+    for name in TOKENIZER_FILES:
+        path = tokenizer_dir / name
+        if path.exists():
+            tokenizer_hashes.append((name, file_sha256(path)[0]))
+    found = dict(tokenizer_hashes)
+    for name, expected in config.tokenizer.sha256:
+        if name not in found:
+            raise BuildError(f"{where}: missing file {name} in {tokenizer_dir}; {_fetch_hint(config)}")
+        if found[name] != expected:
+            raise BuildError(f"{where}: {name} sha256 is {found[name]}, the config pins {expected}")
+    for name, digest in tokenizer_hashes:
+        check_cached_blob(tokenizer_dir / name, f"{where}: {name}", digest)
+
+    root, origin = _resolve_source(config, offline)
+    where = f"dataset {config.source.repo}@{config.source.revision}"
+    try:
+        files = source_files(root, config.source.split)
+    except BuildError as exc:
+        raise BuildError(f"{where}: {exc}; {_fetch_hint(config)}" if origin == "hub" else str(exc)) from None
+    _check_shards(files, where)
+    hashes = []
+    for file in files:
+        digest, size = file_sha256(file.path)
+        check_cached_blob(file.path, f"{where}: {file.name}", digest)
+        hashes.append((file.name, size, digest))
+    return ResolvedInputs(root, tuple(files), tuple(hashes), tokenizer_dir, tuple(tokenizer_hashes), origin)
+
+
+def fetch(config: BuildConfig) -> ResolvedInputs:
+    """Download exactly the pinned files into the hub cache, then check them as a build would."""
+    if config.source.dir is None:
+        _snapshot(config.source.repo, config.source.revision, "dataset",
+                  [f"data/{config.source.split}-*.parquet"], False, config)
+    if config.tokenizer.dir is None:
+        _snapshot(config.tokenizer.repo, config.tokenizer.revision, "model", list(TOKENIZER_FILES), False, config)
+    return resolve_inputs(config, offline=True)

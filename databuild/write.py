@@ -1,0 +1,79 @@
+"""Write stage: rows streamed to one parquet file by row group, under a temporary name.
+
+Writer settings are fixed (zstd level 3, no dictionary, fixed row-group size, no timestamps), so
+the same rows and the same pyarrow give the same bytes. The file appears under its final name only
+through `os.replace` once it is complete; on any error the partial file is removed.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .hashing import EXPECTED_TYPES, RowsHasher
+from .pack import Row
+
+SCHEMA = pa.schema([pa.field(name, kind) for name, kind in EXPECTED_TYPES.items()])
+ROW_GROUP_TOKENS = 1 << 19  # 64 rows of 8,192 tokens: bounded memory, fast row-group streaming
+WRITER_OPTIONS = dict(compression="zstd", compression_level=3, use_dictionary=False,
+                      write_statistics=True, data_page_version="1.0")
+
+
+def partial_path(final: Path) -> Path:
+    """Where a build in progress writes; `verify` reports one left behind."""
+    return final.with_name(final.name + ".partial")
+
+
+def rows_per_group(row_tokens: int) -> int:
+    return max(1, ROW_GROUP_TOKENS // row_tokens)
+
+
+def _list_array(rows: list[np.ndarray], kind: pa.DataType) -> pa.ListArray:
+    lengths = np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    values = np.concatenate(rows) if rows else np.zeros(0)
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, type=kind))
+
+
+def _table(rows: list[Row]) -> pa.Table:
+    return pa.Table.from_arrays([
+        _list_array([r.input_ids for r in rows], pa.int32()),
+        _list_array([r.loss_mask for r in rows], pa.int8()),
+        _list_array([r.seq_start_id for r in rows], pa.int32()),
+        pa.array([list(r.conversation_ids) for r in rows], type=pa.list_(pa.string())),
+    ], schema=SCHEMA)
+
+
+def write_rows(rows: Iterable[Row], final: Path, row_tokens: int, hasher: RowsHasher) -> int:
+    """Stream rows into final (via its partial name); returns the row count. Hashes rows as written."""
+    partial = partial_path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    group_rows = rows_per_group(row_tokens)
+    count = 0
+    try:
+        with pq.ParquetWriter(partial, SCHEMA, **WRITER_OPTIONS) as writer:
+            group: list[Row] = []
+            for row in rows:
+                hasher.update_rows(row.input_ids[None, :], row.loss_mask[None, :])
+                group.append(row)
+                count += 1
+                if len(group) == group_rows:
+                    writer.write_table(_table(group), row_group_size=group_rows)
+                    group = []
+            if group:
+                writer.write_table(_table(group), row_group_size=group_rows)
+        with open(partial, "rb+") as handle:
+            os.fsync(handle.fileno())
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    return count
+
+
+def publish(partial: Path, final: Path) -> None:
+    os.replace(partial, final)
