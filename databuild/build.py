@@ -69,7 +69,8 @@ def _check_malformed(config: BuildConfig, found: list[Malformed]) -> dict[int, M
 
 
 def make(config: BuildConfig, out_dir: Path, *, offline: bool = False, workers: int = 1,
-         batch_size: int = DEFAULT_BATCH, window: int = DEFAULT_WINDOW, progress: bool | None = None) -> BuildResult:
+         batch_size: int = DEFAULT_BATCH, window: int = DEFAULT_WINDOW, progress: bool | None = None,
+         executor: str = "local", ray_address: str | None = None) -> BuildResult:
     started = time.perf_counter()
     inputs = resolve_inputs(config, offline=offline)
     tokenizer = load_tokenizer(inputs.tokenizer_dir)
@@ -82,7 +83,13 @@ def make(config: BuildConfig, out_dir: Path, *, offline: bool = False, workers: 
     encoder = Encoder(tokenizer, Renderer.for_tokenizer(tokenizer, config.template_kwargs_dict), config.loss_mask)
     stats, skipped, hasher = PackStats(), [], RowsHasher()
     conversations = _without_malformed(read_in_order(list(inputs.source_files), order, window), malformed, skipped)
-    with closing(encode_stream(conversations, encoder, batch_size, workers)) as tokenized:
+    if executor == "ray":
+        from .ray_executor import ray_encode_stream
+
+        stream = ray_encode_stream(conversations, encoder, batch_size, workers, ray_address)
+    else:
+        stream = encode_stream(conversations, encoder, batch_size, workers)
+    with closing(stream) as tokenized:
         rows = islice(pack_rows(tokenized, config.row_tokens, sep_id, stats), config.rows)
         # disable=None: a bar on a terminal, nothing in logs and CI
         bar = tqdm(rows, total=config.rows, unit="row", desc=config.name,

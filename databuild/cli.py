@@ -80,10 +80,13 @@ def _overrides(config, dataset_dir, tokenizer_dir):
               help="Processes that render and tokenize; the output does not depend on it.")
 @click.option("--batch-size", type=click.IntRange(min=1), default=256, show_default=True,
               help="Conversations per tokenizer batch; the output does not depend on it.")
+@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="Where render+tokenize+mask runs: local processes, or Ray (pip install 'databuild[ray]').")
+@click.option("--ray-address", help="Address of an existing Ray cluster (default: start a local one).")
 @click.option("--recipe", type=click.Path(dir_okay=False, exists=True, path_type=Path),
               help="A recipe YAML whose workload.dataset block receives the results once the file verifies.")
 @one_line_errors
-def make(name, out_dir, offline, dataset_dir, tokenizer_dir, workers, batch_size, recipe):
+def make(name, out_dir, offline, dataset_dir, tokenizer_dir, workers, batch_size, executor, ray_address, recipe):
     """Build the rows of config NAME (a config name or a path to a config YAML).
 
     \b
@@ -97,7 +100,8 @@ def make(name, out_dir, offline, dataset_dir, tokenizer_dir, workers, batch_size
     from .config import resolve_config
 
     config = _overrides(resolve_config(name), dataset_dir, tokenizer_dir)
-    result = run_make(config, out_dir, offline=offline, workers=workers, batch_size=batch_size)
+    result = run_make(config, out_dir, offline=offline, workers=workers, batch_size=batch_size,
+                      executor=executor, ray_address=ray_address)
     s = result.data["output"]
     skipped = result.data["counts"]["rows_skipped"]["no_supervised_token"]
     click.echo(f"{result.parquet}\n"
@@ -111,8 +115,12 @@ def make(name, out_dir, offline, dataset_dir, tokenizer_dir, workers, batch_size
                f"  manifest               {result.manifest}")
     if recipe is not None:
         from .recipe import update_recipe
+        from .verify import gather, verify
 
-        changed = update_recipe(recipe, result.parquet, result.manifest)
+        report = verify(result.parquet, *gather(result.parquet, result.manifest, None, None, None)[:2])
+        if report.failures:
+            raise BuildError(f"{result.parquet} does not verify, recipe left unchanged: {report.failures[0]}")
+        changed = update_recipe(recipe, result.manifest)
         click.echo(f"  recipe                 {recipe} ({'updated' if changed else 'already up to date'})")
 
 
@@ -152,3 +160,41 @@ def hash_command(parquet):
     for key in ("rows_sha256", "parquet_sha256", "parquet_bytes", "rows", "row_tokens"):
         click.echo(f"{key:<23}{getattr(summary, key)}")
     click.echo(f"{'supervised_token_ratio':<23}{summary.supervised_token_ratio!r}")
+
+
+@main.command("verify")
+@click.argument("parquet", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--manifest", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              help="Manifest to check against (default: the one beside PARQUET, unless another check is given).")
+@click.option("--recipe", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              help="Recipe YAML whose workload.dataset block holds the hashes.")
+@click.option("--rows-sha256", help="Expected rows_sha256.")
+@click.option("--parquet-sha256", help="Expected sha256 of the file's bytes.")
+def verify_command(parquet, manifest, recipe, rows_sha256, parquet_sha256):
+    """Check PARQUET against its hashes; exit 0 only when every check holds.
+
+    \b
+    Exit codes: 0 verified, 1 a difference (each printed: expected, found),
+    2 usage error, 3 the file is unreadable.
+    \b
+    Examples:
+      databuild verify build/muse-spark-tiny-fixed512-v1.parquet
+      databuild verify rows.parquet --recipe recipe.yaml
+      databuild verify rows.parquet --rows-sha256 4003478c...128f
+    """
+    from .verify import EXIT_DIFFERENT, gather, verify
+
+    try:
+        expectations, digests, versions = gather(parquet, manifest, recipe, rows_sha256, parquet_sha256)
+    except BuildError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_DIFFERENT)
+    report = verify(parquet, expectations, digests, versions)
+    for line in report.warnings:
+        click.echo(f"warning: {line}", err=True)
+    for line in report.failures:
+        click.echo(f"FAILED {line}", err=True)
+    if not report.failures:
+        checked = ", ".join(sorted({e.field for e in expectations}))
+        click.echo(f"verified {parquet}: {checked}")
+    sys.exit(report.exit_code)

@@ -17,7 +17,7 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-from .masks import STRATEGIES, TokenView, spans_to_mask
+from .masks import STRATEGIES, TokenView, place_assistant_contents, spans_to_mask
 from .render import Renderer
 from .source import Conversation
 
@@ -61,7 +61,8 @@ class Encoder:
             ids = np.asarray(encoding.ids, dtype=np.int32)
             offsets = np.asarray(encoding.offsets, dtype=np.int64).reshape(-1, 2)
             view = TokenView(ids, offsets[:, 0], offsets[:, 1], self.special_tokens)
-            spans = strategy(conversation.id, conversation.messages, text, view)
+            placed = place_assistant_contents(conversation.id, conversation.messages, text, self.renderer.render)
+            spans = strategy(conversation.id, conversation.messages, text, view, placed)
             mask = spans_to_mask(spans, view.starts, view.ends)
             out.append(TokenizedConversation(conversation.position, conversation.index, conversation.id,
                                              conversation.source, ids, mask))

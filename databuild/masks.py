@@ -1,10 +1,10 @@
 """Loss-mask strategies: which tokens of a rendered conversation are training targets.
 
-Each strategy finds the assistant spans in the rendered text by character offsets, then marks
-every token whose character range overlaps a span (the rule transformers uses for
-`return_assistant_tokens_mask`). Messages are placed in order, each after the previous one, so
-content that repeats an earlier message cannot be mistaken for it. A strategy that cannot place a
-span raises, naming the conversation: no build trains on a mask it could not justify.
+Assistant contents are placed in the rendered text by character offsets (place_assistant_contents:
+exact even where a content also occurs elsewhere in the text); a strategy turns them into spans, and
+every token whose character range overlaps a span is marked (the rule transformers uses for
+`return_assistant_tokens_mask`). A strategy that cannot place or close a span raises, naming the
+conversation: no build trains on a mask it could not justify.
 
 - `assistant`: template-agnostic. Each non-empty assistant content, plus the special token the
   template writes right after it (its end-of-turn marker), which must be there.
@@ -25,7 +25,9 @@ import numpy as np
 from .errors import BuildError
 
 Spans = list[tuple[int, int]]
+Placed = list[tuple[int, int, int]]  # (message index, start, end) of each non-empty assistant content
 MUSE_ASSISTANT_HEADER = "<|start|>assistant<|channel|>final<|message|>"
+SENTINEL = "\ue000{}\ue001"  # private-use characters: never written by a template
 
 
 @dataclass(frozen=True)
@@ -45,61 +47,65 @@ def _fail(conversation_id: str, message_index: int, why: str) -> MaskError:
     return MaskError(f"conversation {conversation_id!r}: assistant message {message_index}: {why}")
 
 
-def _find_after(text: str, needle: str, cursor: int, accept: Callable[[int], bool]) -> int:
-    """First position >= cursor where needle occurs and accept(position) holds, else -1."""
-    position = text.find(needle, cursor)
-    while position >= 0 and not accept(position):
-        position = text.find(needle, position + 1)
-    return position
+def place_assistant_contents(conversation_id: str, messages, text: str,
+                             render: Callable[[tuple], str]) -> Placed:
+    """Where the template wrote each non-empty assistant content, in character offsets of text.
+
+    When every content occurs exactly once in the text, in message order, that is its place. Otherwise
+    (short answers, echoes of the user, words the template also writes) the conversation is rendered
+    again with each assistant content replaced by a unique sentinel: the sentinels' places, shifted by
+    the length differences, are the contents' places, and substituting the contents back must give the
+    rendered text exactly, or the template does not write assistant contents verbatim and we raise.
+    """
+    wanted = [i for i, (role, content) in enumerate(messages) if role == "assistant" and content]
+    if not wanted:
+        return []
+    found = [text.find(messages[i][1]) for i in wanted]
+    if all(f >= 0 and text.find(messages[i][1], f + 1) < 0 for i, f in zip(wanted, found)) and \
+            all(found[k] + len(messages[wanted[k]][1]) <= found[k + 1] for k in range(len(found) - 1)):
+        return [(i, f, f + len(messages[i][1])) for i, f in zip(wanted, found)]
+    sentinels = {i: SENTINEL.format(i) for i in wanted}
+    marked = render(tuple((role, sentinels.get(i, content)) for i, (role, content) in enumerate(messages)))
+    placed, pieces, cursor, shift = [], [], 0, 0
+    for i in wanted:
+        at = marked.find(sentinels[i], cursor)
+        if at < 0 or marked.find(sentinels[i], at + 1) >= 0:
+            raise _fail(conversation_id, i, "the template does not write its content exactly once, verbatim")
+        content = messages[i][1]
+        placed.append((i, at + shift, at + shift + len(content)))
+        pieces += [marked[cursor:at], content]
+        cursor = at + len(sentinels[i])
+        shift += len(content) - len(sentinels[i])
+    if "".join(pieces) + marked[cursor:] != text:
+        raise _fail(conversation_id, wanted[0], "the rendered text depends on assistant content in a way "
+                                                "character spans cannot follow")
+    return placed
 
 
 def _leading_special(text: str, at: int, special_tokens: tuple[str, ...]) -> str | None:
     return next((token for token in special_tokens if text.startswith(token, at)), None)
 
 
-def assistant_spans(conversation_id: str, messages, text: str, view: TokenView) -> Spans:
+def assistant_spans(conversation_id: str, messages, text: str, view: TokenView, placed: Placed) -> Spans:
     spans: Spans = []
-    cursor = 0
-    for index, (role, content) in enumerate(messages):
-        if not content:
-            continue
-        if role != "assistant":
-            found = text.find(content, cursor)
-            if found >= 0:  # templates may rewrite non-assistant turns; only assistant turns must be found
-                cursor = found + len(content)
-            continue
-        found = _find_after(text, content, cursor,
-                            lambda p: _leading_special(text, p + len(content), view.special_tokens) is not None)
-        if found < 0:
-            raise _fail(conversation_id, index, "its content, followed by an end-of-turn special token, "
-                                                "is not in the rendered text after the previous message")
-        end = found + len(content)
+    for index, start, end in placed:
         closing = _leading_special(text, end, view.special_tokens)
-        spans.append((found, end + len(closing)))
-        cursor = end + len(closing)
+        if closing is None:
+            raise _fail(conversation_id, index, "no end-of-turn special token right after its content")
+        spans.append((start, end + len(closing)))
     return spans
 
 
-def muse_spark_spans(conversation_id: str, messages, text: str, view: TokenView) -> Spans:
+def muse_spark_spans(conversation_id: str, messages, text: str, view: TokenView, placed: Placed) -> Spans:
     spans: Spans = []
-    cursor = 0
     last = len(messages) - 1
-    for index, (role, content) in enumerate(messages):
-        if role != "assistant":
-            if content:
-                found = text.find(content, cursor)
-                cursor = found + len(content) if found >= 0 else cursor
-            continue
+    for index, start, end in placed:
         closing = "<|return|>" if index == last else "<|end|>"
-        needle = MUSE_ASSISTANT_HEADER + content + closing
-        found = text.find(needle, cursor)
-        if found < 0:
-            raise _fail(conversation_id, index, f"'{MUSE_ASSISTANT_HEADER}CONTENT{closing}' is not in the "
-                                                "rendered text after the previous message (not a harmony template?)")
-        start = found + len(MUSE_ASSISTANT_HEADER)
-        cursor = start + len(content) + len(closing)
-        if content:
-            spans.append((start, cursor))
+        if not text.startswith(closing, end) or text[max(0, start - len(MUSE_ASSISTANT_HEADER)):start] != \
+                MUSE_ASSISTANT_HEADER:
+            raise _fail(conversation_id, index, f"not written as '{MUSE_ASSISTANT_HEADER}CONTENT{closing}' "
+                                                "(not a harmony template?)")
+        spans.append((start, end + len(closing)))
     return spans
 
 

@@ -1,0 +1,123 @@
+"""The tokenize stage on Ray: the same `Encoder.encode_batch`, run by a pool of Ray actors.
+
+The driver keeps everything that fixes the output: it reads the source in permutation order, cuts the
+stream into batches, and packs and writes the results in submission order. Ray only runs the pure
+function `encode_batch` somewhere else, so the rows and the parquet bytes are those of the local
+executor for any number of workers and any batch size.
+
+One actor per worker, each holding the Encoder: the tokenizer is deserialised once per worker (from
+one `ray.put`), not once per batch. Batch k goes to actor k % workers; an actor runs its calls in
+the order they were submitted; the driver yields batch k before it submits batch k + 2*workers. So
+at most 2*workers batches are in flight and the driver holds the window, never the dataset.
+
+Ray Data is not used: its sources are files or in-memory collections (`from_items` takes the whole
+list), not a driver-side generator, and its map_batches with actors is this same actor pool with
+an order-preserving mode and extra machinery around it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import deque
+from typing import Iterable, Iterator
+
+from .encode import Encoder, TokenizedConversation, _batches
+from .errors import BuildError
+from .manifest import library_versions
+from .source import Conversation
+
+# One task per core: the tokenizer's Rust pool stays single-threaded inside each actor, and
+# TOKENIZERS_PARALLELISM set explicitly keeps tokenizers from warning about forks.
+WORKER_ENV = {"RAYON_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+class _EncodeWorker:
+    """A Ray actor: one Encoder, deserialised once, encoding the batches sent to it in order."""
+
+    def __init__(self, encoder: Encoder):
+        self.encoder = encoder
+
+    def versions(self) -> dict[str, str]:
+        return library_versions()
+
+    def encode_batch(self, batch: list[Conversation]) -> list[TokenizedConversation]:
+        return self.encoder.encode_batch(batch)
+
+
+def _import_ray():
+    try:
+        import ray
+    except ImportError:
+        raise BuildError("the ray executor needs the extra: pip install 'databuild[ray]'") from None
+    return ray
+
+
+def _connect(ray, address: str | None, workers: int) -> bool:
+    """Connect to (or start) Ray; True when this call started it and so must shut it down."""
+    if ray.is_initialized():
+        return False
+    quiet = {"log_to_driver": False, "logging_level": logging.WARNING}
+    try:
+        if address:
+            ray.init(address=address, **quiet)
+        else:
+            # Ray enables token authentication on a new local instance anyway; asking for it
+            # explicitly only spares the warning it prints when it does so by default.
+            os.environ.setdefault("RAY_AUTH_MODE", "token")
+            ray.init(num_cpus=workers or os.cpu_count(), include_dashboard=False, **quiet)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        where = f"the Ray cluster at {address}" if address else "a local Ray instance"
+        raise BuildError(f"cannot start or reach {where}: {exc}".replace("\n", " ")) from None
+    return True
+
+
+def _check_versions(ray, actors) -> None:
+    """Tokenization and rendering happen on the workers: their libraries must be the driver's."""
+    here = library_versions()
+    for there in ray.get([actor.versions.remote() for actor in actors]):
+        differ = [f"{name} {there.get(name)} on a worker, {version} here"
+                  for name, version in here.items() if there.get(name) != version]
+        if differ:
+            raise BuildError("the Ray workers' libraries differ from the driver's (" + "; ".join(differ)
+                             + "); install requirements.lock and databuild on every node")
+
+
+def ray_encode_stream(conversations: Iterable[Conversation], encoder: Encoder, batch_size: int,
+                      workers: int, address: str | None) -> Iterator[TokenizedConversation]:
+    """Tokenized conversations in input order, encoded by `workers` Ray actors; <= 2*workers batches in flight."""
+    ray = _import_ray()
+    workers = max(1, workers or 1)
+    started = _connect(ray, address, workers)
+    actors, pending = [], deque()
+    try:
+        from ray.exceptions import RayTaskError
+
+        remote = ray.remote(num_cpus=1, runtime_env={"env_vars": WORKER_ENV})(_EncodeWorker)
+        encoder_ref = ray.put(encoder)
+        actors = [remote.remote(encoder_ref) for _ in range(workers)]
+        _check_versions(ray, actors)
+
+        def next_results() -> list[TokenizedConversation]:
+            try:
+                return ray.get(pending.popleft())
+            except RayTaskError as exc:
+                # A BuildError raised by encode_batch (a mask it cannot justify, ...) reaches the
+                # user as the local executor reports it: one line, not a remote traceback.
+                if isinstance(exc.cause, BuildError):
+                    raise exc.cause from None
+                raise
+
+        for number, batch in enumerate(_batches(conversations, batch_size)):
+            pending.append(actors[number % workers].encode_batch.remote(batch))
+            if len(pending) >= 2 * workers:
+                yield from next_results()
+        while pending:
+            yield from next_results()
+    finally:
+        pending.clear()  # closed early (the build has its rows): drop the batches still in flight
+        if ray.is_initialized():
+            for actor in actors:
+                ray.kill(actor)
+            if started:
+                ray.shutdown()

@@ -1,0 +1,231 @@
+"""`databuild show`: one row decoded, its targets and conversation starts marked.
+
+Only the row group holding the row is read (located from the parquet footer), so row 6,000 of a
+6,400 x 8,192 file costs one row group, not the file. The tokenizer is found the way the manifest
+beside the file pins it, and refused if its tokenizer.json is not the pinned one: decoding with
+another vocabulary prints plausible but wrong text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .errors import BuildError
+from .hashing import check_schema, file_sha256
+from .manifest import manifest_path, read_manifest
+
+COLUMNS = ["input_ids", "loss_mask", "seq_start_id", "conversation_ids"]
+# Control characters would move the cursor or recolour the terminal (data can hold ANSI escapes);
+# print C0/DEL as their Unicode "control pictures" and C1 as \x.. instead. Newline and tab stay.
+_PRINTABLE = {c: 0x2400 + c for c in range(32) if chr(c) not in "\n\t"}
+_PRINTABLE.update({0x7F: 0x2421, **{c: f"\\x{c:02x}" for c in range(0x80, 0xA0)}})
+
+
+@dataclass(frozen=True)
+class Row:
+    index: int
+    input_ids: np.ndarray
+    loss_mask: np.ndarray
+    seq_start_id: np.ndarray
+    conversation_ids: tuple[str, ...]
+    continued: bool  # its first segment continues the previous row's last conversation
+
+
+@dataclass(frozen=True)
+class Span:
+    """Tokens [start, end) with one mask value, inside one conversation segment."""
+    start: int
+    end: int
+    supervised: bool
+    segment: int
+
+
+def open_parquet(path: Path) -> pq.ParquetFile:
+    if not path.is_file():
+        raise BuildError(f"{path}: no such file")
+    try:
+        parquet = pq.ParquetFile(path)
+    except (OSError, pa.ArrowException) as exc:
+        raise BuildError(f"{path}: not readable as parquet: {exc}".replace("\n", " ")) from None
+    check_schema(parquet.schema_arrow, path)
+    return parquet
+
+
+def locate(parquet: pq.ParquetFile, row: int) -> tuple[int, int]:
+    """(row group, row inside it), from the footer's row counts alone."""
+    total = parquet.metadata.num_rows
+    if not 0 <= row < total:
+        raise BuildError(f"row {row} is out of range: the file has {total} rows"
+                         + (f" (0..{total - 1})" if total else ""))
+    first = 0
+    for group in range(parquet.metadata.num_row_groups):
+        size = parquet.metadata.row_group(group).num_rows
+        if row < first + size:
+            return group, row - first
+        first += size
+    raise BuildError(f"row {row}: the footer's row groups do not add up to {total} rows")
+
+
+def read_group(parquet: pq.ParquetFile, group: int, columns: list[str]) -> pa.Table:
+    try:
+        return parquet.read_row_group(group, columns=columns)
+    except (OSError, pa.ArrowException) as exc:
+        raise BuildError(f"row group {group} unreadable: {exc}".replace("\n", " ")) from None
+
+
+def _last_id(table: pa.Table, offset: int) -> str | None:
+    ids = table.column("conversation_ids")[offset].as_py()
+    return ids[-1] if ids else None
+
+
+def read_rows(parquet: pq.ParquetFile, first: int, count: int = 1) -> list[Row]:
+    """Rows first..first+count-1, reading each row group they touch once."""
+    rows, tables = [], {}
+    for index in range(first, first + count):
+        group, offset = locate(parquet, index)
+        if group not in tables:
+            tables = {group: read_group(parquet, group, COLUMNS)}  # keep one group in memory
+        one = tables[group].slice(offset, 1)
+        values = {name: one.column(name).combine_chunks().flatten() for name in COLUMNS}
+        ids = tuple(values["conversation_ids"].to_pylist())
+        if offset:
+            previous = _last_id(tables[group], offset - 1)
+        elif group:  # the previous row sits in the group before: read its one small column
+            before = read_group(parquet, group - 1, ["conversation_ids"])
+            previous = _last_id(before, before.num_rows - 1)
+        else:
+            previous = None
+        rows.append(Row(index, values["input_ids"].to_numpy(zero_copy_only=False),
+                        values["loss_mask"].to_numpy(zero_copy_only=False),
+                        values["seq_start_id"].to_numpy(zero_copy_only=False), ids,
+                        bool(ids) and previous == ids[0]))
+    return rows
+
+
+def spans(row: Row) -> list[Span]:
+    """Runs of equal mask, also cut where a conversation starts; vectorised, no loop over tokens."""
+    size = len(row.input_ids)
+    flips = np.flatnonzero(np.diff(row.loss_mask.astype(np.int8))) + 1
+    cuts = np.union1d(np.union1d(flips, row.seq_start_id), [0, size])
+    starts, ends = cuts[:-1], cuts[1:]
+    segments = np.searchsorted(row.seq_start_id, starts, side="right") - 1
+    return [Span(int(s), int(e), bool(row.loss_mask[s]), int(g))
+            for s, e, g in zip(starts, ends, segments) if s < size]
+
+
+def decode_spans(tokenizer, row: Row, parts: list[Span]) -> list[str]:
+    """Each span decoded as a whole: token-by-token decoding splits multi-byte characters."""
+    pieces = [row.input_ids[p.start:p.end].tolist() for p in parts]
+    return tokenizer.batch_decode(pieces, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+
+def id_texts(row: Row, parts: list[Span]) -> list[str]:
+    """The no-tokenizer fallback: token ids, space separated."""
+    return [" ".join(map(str, row.input_ids[p.start:p.end].tolist())) + " " for p in parts]
+
+
+def printable(text: str) -> str:
+    return text.translate(_PRINTABLE)
+
+
+def compose(row: Row, parts: list[Span], texts: list[str], *, target: Callable[[str], str],
+            marker: Callable[[str], str], escape: Callable[[str], str] = printable) -> str:
+    """The row as text: a marker line where each conversation segment starts, targets wrapped."""
+    out, at_line_start = [], True
+    starts = set(row.seq_start_id.tolist())
+    ends = np.append(row.seq_start_id[1:], len(row.input_ids))
+    for part, text in zip(parts, texts):
+        if part.start in starts:
+            k = part.segment
+            note = " (continued from the previous row)" if k == 0 and row.continued else ""
+            label = f"⟦{row.conversation_ids[k]}⟧ tokens {part.start}..{int(ends[k]) - 1}{note}"
+            out.append(("" if at_line_start else "\n") + marker(escape(label)) + "\n")
+        out.append(target(escape(text)) if part.supervised else escape(text))
+        at_line_start = text.endswith("\n")
+    return "".join(out) + ("" if at_line_start else "\n")
+
+
+def row_header(row: Row, total_rows: int) -> str:
+    supervised, size = int(np.count_nonzero(row.loss_mask)), len(row.input_ids)
+    return (f"row {row.index} of {total_rows}: supervised {supervised} / {size} tokens "
+            f"({supervised / max(size, 1):.2%}), {_plural(len(row.seq_start_id), 'conversation segment')}")
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def manifest_beside(parquet: Path) -> dict | None:
+    path = manifest_path(parquet)
+    return read_manifest(path) if path.is_file() else None
+
+
+def _hub_cache(repo: str, revision: str) -> Path | None:
+    from huggingface_hub import snapshot_download
+
+    from .inputs import TOKENIZER_FILES
+
+    try:
+        path = Path(snapshot_download(repo, revision=revision, local_files_only=True,
+                                      allow_patterns=list(TOKENIZER_FILES)))
+    except Exception:  # not cached, bad repo id, no cache dir: all mean "not here", try the next place
+        return None
+    return path if (path / "tokenizer.json").is_file() else None
+
+
+def _from_configs(repo: str, revision: str) -> Path | None:
+    from .config import available_configs, load_config
+
+    for path in available_configs().values():
+        try:
+            spec = load_config(path).tokenizer
+        except BuildError:  # a broken config elsewhere must not stop showing this file
+            continue
+        if (spec.repo, spec.revision) == (repo, revision) and spec.dir is not None and spec.dir.is_dir():
+            return spec.dir
+    return None
+
+
+def _explicit(name_or_dir: str) -> Path:
+    directory = Path(name_or_dir).expanduser()
+    if directory.is_dir():
+        return directory
+    from .config import available_configs, load_config
+
+    if name_or_dir in available_configs():
+        spec = load_config(available_configs()[name_or_dir]).tokenizer
+        found = spec.dir if spec.dir is not None and spec.dir.is_dir() else _hub_cache(spec.repo, spec.revision)
+        if found is not None:
+            return found
+        raise BuildError(f"--tokenizer {name_or_dir}: the config's tokenizer is not on this machine; "
+                         f"run 'databuild fetch {name_or_dir}' or pass a directory")
+    raise BuildError(f"--tokenizer {name_or_dir}: not a directory nor a config name")
+
+
+def tokenizer_dir(parquet: Path, name_or_dir: str | None, manifest: dict | None) -> Path:
+    """The explicit one, else the manifest's pin from the hub cache or a config; checked against the pin."""
+    pin = ((manifest or {}).get("inputs") or {}).get("tokenizer") or {}
+    if name_or_dir is not None:
+        directory = _explicit(name_or_dir)
+    elif not pin.get("repo"):
+        raise BuildError(f"{parquet}: no manifest beside it names the tokenizer; pass --tokenizer DIR")
+    else:
+        directory = _hub_cache(pin["repo"], pin["revision"]) or _from_configs(pin["repo"], pin["revision"])
+        if directory is None:
+            raise BuildError(f"tokenizer {pin['repo']}@{pin['revision']} is neither in the hub cache nor "
+                             "the dir of a known config; pass --tokenizer DIR")
+    expected = (pin.get("sha256") or {}).get("tokenizer.json")
+    if expected is not None:
+        if not (directory / "tokenizer.json").is_file():
+            raise BuildError(f"{directory}: no tokenizer.json")
+        found = file_sha256(directory / "tokenizer.json")[0]
+        if found != expected:
+            raise BuildError(f"{directory}/tokenizer.json sha256 is {found}, the manifest pins {expected}; "
+                             "pass the tokenizer this file was built with")
+    return directory

@@ -1,0 +1,157 @@
+"""`databuild verify`: check a row file against every expectation given, and fail closed.
+
+Expectations come from a manifest (by default the one beside the file), a recipe's
+`workload.dataset` block, or hashes on the command line. Every check that fails is reported with
+what was expected and what was found; with a manifest's row digests, the first differing row is
+named too. Exit codes: 0 verified, 1 a difference, 2 a usage error, 3 the file is unreadable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import BuildError
+from .hashing import ParquetSummary, RowFormatError, UnreadableError, file_sha256, hash_parquet
+from .manifest import library_versions, manifest_path, read_manifest
+from .write import partial_path
+
+EXIT_OK, EXIT_DIFFERENT, EXIT_USAGE, EXIT_UNREADABLE = 0, 1, 2, 3
+FILE_FIELDS = ("parquet_sha256", "parquet_bytes")
+ROW_FIELDS = ("rows_sha256", "rows", "row_tokens", "supervised_token_ratio", "padding_tokens")
+
+
+@dataclass(frozen=True)
+class Expectation:
+    field: str
+    value: Any
+    origin: str  # where the expectation comes from, named in messages
+    decimals: int | None = None  # the ratio as a recipe shows it (rounded); None = exact
+
+
+@dataclass
+class Report:
+    failures: list[str]
+    warnings: list[str]
+    unreadable: bool = False
+
+    @property
+    def exit_code(self) -> int:
+        if self.unreadable:
+            return EXIT_UNREADABLE
+        return EXIT_DIFFERENT if self.failures else EXIT_OK
+
+
+def from_manifest(manifest: dict[str, Any], origin: str) -> list[Expectation]:
+    output = manifest.get("output", {})
+    return [Expectation(f, output[f], origin) for f in FILE_FIELDS + ROW_FIELDS if f in output]
+
+
+def from_recipe(path: Path) -> list[Expectation]:
+    from .recipe import read_dataset_block
+
+    dataset = read_dataset_block(path)
+    build = dataset.get("build") or {}
+    origin = f"{path} workload.dataset"
+    found = []
+    if "rows_sha256" in dataset:
+        found.append(Expectation("rows_sha256", str(dataset["rows_sha256"]), origin))
+    for field in FILE_FIELDS + ROW_FIELDS[1:]:
+        if field in build:
+            value = build[field]
+            decimals = None
+            if field == "supervised_token_ratio":
+                text = str(value)
+                decimals = len(text.split(".")[1]) if "." in text else 0
+                value = float(value)
+            found.append(Expectation(field, value, f"{origin}.build", decimals))
+    if not found:
+        raise BuildError(f"{path}: workload.dataset holds no hash or count to check against")
+    return found
+
+
+def _row_differences(expected: list[str], found: tuple[str, ...]) -> str:
+    if len(expected) != len(found):
+        extra = "missing" if len(found) < len(expected) else "extra"
+        first = next((i for i, (a, b) in enumerate(zip(expected, found)) if a != b), min(len(expected), len(found)))
+        return f"; {extra} rows: expected {len(expected)}, found {len(found)}, first differing row {first}"
+    first = next((i for i, (a, b) in enumerate(zip(expected, found)) if a != b), None)
+    if first is None:
+        return ""
+    where = {digest: i for i, digest in enumerate(expected)}
+    if found[first] in where:
+        return f"; first differing row {first}: it holds expected row {where[found[first]]} (rows reordered)"
+    return f"; first differing row {first}"
+
+
+def _compare(expectation: Expectation, found: Any) -> bool:
+    if expectation.decimals is not None:
+        return round(float(found), expectation.decimals) == round(float(expectation.value), expectation.decimals)
+    return found == expectation.value
+
+
+def verify(parquet: Path, expectations: list[Expectation], row_digests: list[str] | None = None,
+           built_with: dict[str, str] | None = None) -> Report:
+    report = Report([], [])
+    if not parquet.is_file():
+        report.failures.append(f"{parquet}: no such file")
+        report.unreadable = True
+        return report
+    if partial_path(parquet).exists():
+        report.failures.append(f"{partial_path(parquet)}: an incomplete build was left behind "
+                               "(a build was interrupted; rerun make, or delete it)")
+    digest, size = file_sha256(parquet)
+    summary: ParquetSummary | None = None
+    try:
+        summary = hash_parquet(parquet)
+    except UnreadableError as exc:
+        report.failures.append(str(exc))
+        report.unreadable = True
+    except RowFormatError as exc:
+        report.failures.append(str(exc))
+    found = {"parquet_sha256": digest, "parquet_bytes": size}
+    if summary is not None:
+        found.update(rows_sha256=summary.rows_sha256, rows=summary.rows, row_tokens=summary.row_tokens,
+                     supervised_token_ratio=summary.supervised_token_ratio, padding_tokens=0)
+    for expectation in expectations:
+        if expectation.field not in found:
+            continue  # the rows could not be read: already reported
+        value = found[expectation.field]
+        if not _compare(expectation, value):
+            line = f"{expectation.field}: expected {expectation.value}, found {value} ({expectation.origin})"
+            if expectation.field == "rows_sha256" and row_digests and summary is not None:
+                line += _row_differences(row_digests, summary.row_digests)
+            report.failures.append(line)
+    if built_with:
+        installed = library_versions()
+        for name in ("pyarrow", "numpy", "tokenizers", "transformers"):
+            if built_with.get(name) and built_with.get(name) != installed.get(name):
+                report.warnings.append(f"built with {name} {built_with[name]}, installed {installed.get(name)}: "
+                                       "parquet bytes may differ across versions; rows_sha256 must not")
+    return report
+
+
+def gather(parquet: Path, manifest: Path | None, recipe: Path | None, rows_sha256: str | None,
+           parquet_sha256: str | None) -> tuple[list[Expectation], list[str] | None, dict | None]:
+    """The expectations for a file: the given sources, or by default the manifest beside it."""
+    expectations: list[Expectation] = []
+    digests = versions = None
+    explicit = any(x is not None for x in (manifest, recipe, rows_sha256, parquet_sha256))
+    beside = manifest_path(parquet)
+    if manifest is None and not explicit:
+        if not beside.exists():
+            raise BuildError(f"{parquet}: no manifest beside it ({beside.name}): the build is incomplete, or "
+                             "pass --manifest, --recipe or --rows-sha256 to say what to expect")
+        manifest = beside
+    if manifest is not None:
+        data = read_manifest(manifest)
+        expectations += from_manifest(data, str(manifest))
+        digests, versions = data.get("row_digests"), data.get("versions")
+    if recipe is not None:
+        expectations += from_recipe(recipe)
+    if rows_sha256 is not None:
+        expectations.append(Expectation("rows_sha256", rows_sha256.lower(), "--rows-sha256"))
+    if parquet_sha256 is not None:
+        expectations.append(Expectation("parquet_sha256", parquet_sha256.lower(), "--parquet-sha256"))
+    return expectations, digests, versions

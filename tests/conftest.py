@@ -1,0 +1,72 @@
+"""Shared fixtures: the repository's tiny config and fixture files, and one tiny build per session."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = REPO / "tests" / "fixtures"
+TOKENIZER_DIR = FIXTURES / "muse-tiny-tokenizer"
+SOURCE_DIR = FIXTURES / "tulu-tiny"
+TINY = "muse-spark-tiny-fixed512-v1"
+TINY_CONFIG = REPO / "configs" / f"{TINY}.yaml"
+
+
+@pytest.fixture(scope="session")
+def tiny_config():
+    from databuild.config import load_config
+
+    return load_config(TINY_CONFIG)
+
+
+@pytest.fixture(scope="session")
+def tiny_build(tiny_config, tmp_path_factory):
+    """The tiny config built once with default settings: (BuildResult)."""
+    from databuild.build import make
+
+    return make(tiny_config, tmp_path_factory.mktemp("tiny"), progress=False)
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    from databuild.render import load_tokenizer
+
+    return load_tokenizer(TOKENIZER_DIR)
+
+
+@pytest.fixture(scope="session")
+def source_conversations():
+    """Every fixture conversation as (id, messages) in source order."""
+    import pyarrow.parquet as pq
+
+    out = []
+    for path in sorted((SOURCE_DIR / "data").glob("*.parquet")):
+        for row in pq.read_table(path).to_pylist():
+            out.append((row["id"], tuple((m["role"], m["content"]) for m in row["messages"])))
+    return out
+
+
+def write_config(path: Path, **changes) -> Path:
+    """A copy of the tiny config with top-level keys replaced (nested dicts merged), dirs made absolute."""
+    from ruamel.yaml import YAML
+
+    yaml = YAML(typ="safe", pure=True)
+    raw = yaml.load(TINY_CONFIG.read_text())
+    raw["source"]["dir"] = str(SOURCE_DIR)
+    raw["tokenizer"]["dir"] = str(TOKENIZER_DIR)
+    for key, value in changes.items():
+        if isinstance(value, dict) and isinstance(raw.get(key), dict):
+            raw[key] = {**raw[key], **value}
+            raw[key] = {k: v for k, v in raw[key].items() if v is not None}
+        elif value is None:
+            raw.pop(key, None)
+        else:
+            raw[key] = value
+    with open(path, "w") as handle:
+        yaml.dump(raw, handle)
+    return path

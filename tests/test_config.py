@@ -1,0 +1,45 @@
+"""Config validation: every bad value is refused at load, with the key and the value named."""
+
+import pytest
+
+from databuild.config import load_config, resolve_config
+from databuild.errors import BuildError
+
+from conftest import write_config
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"source": {"revision": "main"}}, "source: key 'revision' = 'main': a pinned build needs a 40-hex commit"),
+    ({"tokenizer": {"revision": "v1.0"}}, "tokenizer: key 'revision' = 'v1.0'"),
+    ({"loss_mask": "everything"}, "key 'loss_mask' = 'everything': known strategies: assistant, muse_spark"),
+    ({"rows": 0}, "key 'rows' = 0: must be positive"),
+    ({"row_tokens": "8192"}, "key 'row_tokens' = '8192': expected int"),
+    ({"seed": True}, "key 'seed' = True: expected int"),
+    ({"tokenizer": {"sha256": {"tokenizer.json": "abc"}}}, "key 'sha256.tokenizer.json' = 'abc'"),
+    ({"template_kwargs": {"current_date": "1 Oct 2026"}}, "key 'template_kwargs.current_date' = '1 Oct 2026'"),
+    ({"on_bad_conversation": "ignore"}, "key 'on_bad_conversation' = 'ignore'"),
+    ({"rowz": 5}, "unknown key 'rowz'"),
+    ({"name": None}, "missing key 'name'"),
+])
+def test_bad_values_are_named(tmp_path, changes, message):
+    path = write_config(tmp_path / "c.yaml", **changes)
+    with pytest.raises(BuildError, match=None) as error:
+        load_config(path)
+    assert message in str(error.value)
+    assert str(path) in str(error.value)
+
+
+def test_shipped_configs_load():
+    real = resolve_config("muse-spark-tulu3-fixed8192-v1")
+    assert (real.source.repo, real.source.revision) == ("allenai/tulu-3-sft-mixture",
+                                                        "b14afda60f1bbebe55d5d2fa1e4df5042f97f8be")
+    assert (real.seed, real.row_tokens, real.rows, real.loss_mask) == (42, 8192, 6400, "muse_spark")
+    assert real.template_kwargs_dict == {"current_date": "2026-10-01", "reasoning_effort": "xhigh"}
+    assert real.tokenizer_sha256["chat_template.jinja"].startswith("2341a2d3")
+    tiny = resolve_config("muse-spark-tiny-fixed512-v1")
+    assert "tiny" in tiny.name and tiny.source.dir.is_dir() and tiny.tokenizer.dir.is_dir()
+
+
+def test_unknown_name_lists_known():
+    with pytest.raises(BuildError, match="no config named 'nope'.*muse-spark-tiny-fixed512-v1"):
+        resolve_config("nope")

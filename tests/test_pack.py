@@ -1,0 +1,86 @@
+"""Packing invariants on hand-made token streams, where every expected row can be written out."""
+
+from __future__ import annotations
+
+from itertools import islice
+
+import numpy as np
+import pytest
+
+from databuild.encode import TokenizedConversation
+from databuild.pack import PackStats, pack_rows
+
+SEP = 99
+
+
+def conv(position: int, ids: list[int], mask: list[int], source: str = "s") -> TokenizedConversation:
+    return TokenizedConversation(position, position, f"c{position}", source, np.array(ids, np.int32),
+                                 np.array(mask, np.int8))
+
+
+def rows_of(conversations, row_tokens, limit=None):
+    stats = PackStats()
+    rows = list(islice(pack_rows(conversations, row_tokens, SEP, stats), limit))
+    return rows, stats
+
+
+def test_one_separator_between_conversations_never_supervised():
+    rows, stats = rows_of([conv(0, [1, 2], [0, 1]), conv(1, [3, 4, 5], [0, 0, 1]), conv(2, [6, 7], [1, 1])], 4)
+    assert [r.input_ids.tolist() for r in rows] == [[1, 2, SEP, 3], [4, 5, SEP, 6]]
+    assert [r.loss_mask.tolist() for r in rows] == [[0, 1, 0, 0], [0, 1, 0, 1]]
+    assert [r.seq_start_id.tolist() for r in rows] == [[0, 3], [0, 3]]
+    assert [r.conversation_ids for r in rows] == [("c0", "c1"), ("c1", "c2")]
+    assert stats.separators_inserted == 2 and stats.rows_kept == 2
+
+
+def test_a_render_ending_with_the_separator_supplies_it():
+    rows, stats = rows_of([conv(0, [1, SEP], [1, 1]), conv(1, [2, 3], [0, 1]), conv(2, [4, 5, 6, 7], [1] * 4)], 3)
+    assert [r.input_ids.tolist() for r in rows] == [[1, SEP, 2], [3, SEP, 4], [5, 6, 7]]
+    assert rows[0].loss_mask.tolist() == [1, 1, 0]  # its own separator keeps its own mask
+    assert rows[1].loss_mask.tolist() == [1, 0, 1]  # the inserted one is never a target
+    assert stats.separators_inserted == 1  # only after c1: c0 brought its own
+
+
+def test_long_conversation_continues_and_unsupervised_rows_are_skipped():
+    long = conv(0, list(range(10)), [0] * 7 + [1] * 3)
+    rows, stats = rows_of([long, conv(1, [20, 21, 22], [0, 1, 0])], 3)
+    # stream: 0..9, SEP, 20, 21, 22 -> rows [0,1,2] [3,4,5] skipped, [6,7,8] kept, [9,SEP,20] kept
+    assert [r.input_ids.tolist() for r in rows] == [[6, 7, 8], [9, SEP, 20]]
+    assert [r.seq_start_id.tolist() for r in rows] == [[0], [0, 2]]
+    assert [r.conversation_ids for r in rows] == [("c0",), ("c0", "c1")]
+    assert stats.rows_skipped_unsupervised == 2
+    assert all(r.loss_mask.any() for r in rows)
+
+
+def test_a_row_starting_with_the_separator_belongs_to_the_previous_conversation():
+    rows, _ = rows_of([conv(0, [1, 2], [1, 1]), conv(1, [3, 4], [1, 1])], 2)
+    assert [r.input_ids.tolist() for r in rows] == [[1, 2], [SEP, 3]]
+    assert [r.seq_start_id.tolist() for r in rows] == [[0], [0, 1]]
+    assert rows[1].conversation_ids == ("c0", "c1")
+
+
+def test_counts_add_up():
+    conversations = [conv(i, list(range(i % 7 + 1)), [i % 2] * (i % 7 + 1), source=f"s{i % 3}") for i in range(60)]
+    rows, stats = rows_of(conversations, 8, limit=10)
+    assert stats.rows_kept == len(rows) == 10
+    assert stats.tokens_kept == 80 == sum(stats.tokens_by_source.values())
+    assert stats.supervised_tokens_kept == sum(int(r.loss_mask.sum()) for r in rows)
+    distinct = {cid for r in rows for cid in r.conversation_ids}
+    assert sum(stats.conversations_by_source.values()) == len(distinct)
+
+
+@pytest.mark.parametrize("row_tokens", [2, 5, 16])  # 1 would make separator-only rows, skipped
+def test_rows_are_the_stream_cut_in_order(row_tokens):
+    rng = np.random.default_rng(0)
+    conversations = []
+    for i in range(40):
+        n = int(rng.integers(1, 12))
+        conversations.append(conv(i, rng.integers(0, 50, n).tolist(), [1] * n))
+    stream = []
+    for k, c in enumerate(conversations):
+        if k:
+            stream.append(SEP)
+        stream += c.input_ids.tolist()
+    rows, _ = rows_of(conversations, row_tokens)
+    flat = [t for r in rows for t in r.input_ids.tolist()]
+    assert flat == stream[:len(flat)] and len(flat) == len(stream) // row_tokens * row_tokens
