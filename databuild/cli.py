@@ -25,6 +25,9 @@ def one_line_errors(command):
         except BuildError as exc:
             click.echo(f"error: {exc}", err=True)
             sys.exit(getattr(exc, "exit_code", EXIT_FAILED))
+        except OSError as exc:  # a full disk, a permission: say which file, not where in the code
+            click.echo(f"error: {exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else ""), err=True)
+            sys.exit(EXIT_FAILED)
         except KeyboardInterrupt:
             click.echo("error: interrupted; nothing was written under the final names", err=True)
             sys.exit(130)

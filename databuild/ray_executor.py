@@ -62,10 +62,15 @@ def _connect(ray, address: str | None, workers: int) -> bool:
         if address:
             ray.init(address=address, **quiet)
         else:
-            # Ray enables token authentication on a new local instance anyway; asking for it
-            # explicitly only spares the warning it prints when it does so by default.
-            os.environ.setdefault("RAY_AUTH_MODE", "token")
-            ray.init(num_cpus=workers or os.cpu_count(), include_dashboard=False, **quiet)
+            # A new local instance gets token authentication by default, with a warning saying so
+            # on every build: the behaviour is kept, the warning silenced.
+            auth = logging.getLogger("ray._private.authentication.authentication_token_setup")
+            level = auth.level
+            auth.setLevel(logging.ERROR)
+            try:
+                ray.init(num_cpus=workers or os.cpu_count(), include_dashboard=False, **quiet)
+            finally:
+                auth.setLevel(level)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         where = f"the Ray cluster at {address}" if address else "a local Ray instance"
         raise BuildError(f"cannot start or reach {where}: {exc}".replace("\n", " ")) from None

@@ -1,0 +1,96 @@
+"""`databuild show` and `databuild report`: look at the rows a build wrote.
+
+cli.py registers these commands (main.add_command). They reach cli.one_line_errors only when they
+run, not at import, so this module imports cleanly whichever of the two modules is imported first.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from pathlib import Path
+
+import click
+
+
+def _one_line_errors(command):
+    """cli.one_line_errors, looked up when the command runs: importing it here would be circular."""
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        from .cli import one_line_errors
+
+        return one_line_errors(command)(*args, **kwargs)
+    return wrapper
+
+
+_TOKENIZER_HELP = ("A tokenizer directory, or a config name whose tokenizer to use. Default: the one the "
+                   "manifest beside PARQUET pins, from the hub cache or a config's tokenizer dir.")
+
+# ANSI: green for targets, bold cyan for conversation starts; reset after each so nothing leaks.
+_ANSI_TARGET, _ANSI_MARKER, _ANSI_RESET = "\x1b[32m", "\x1b[1;36m", "\x1b[0m"
+
+
+@click.command()
+@click.argument("parquet", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--row", "row", type=int, default=0, show_default=True, help="The row to show (0-based).")
+@click.option("--tokenizer", "name_or_dir", metavar="NAME_OR_DIR", help=_TOKENIZER_HELP)
+@_one_line_errors
+def show(parquet, row, name_or_dir):
+    """Print one row decoded: supervised tokens highlighted, conversation starts marked.
+
+    On a terminal, supervised tokens are green; otherwise they are wrapped in [[...]]. A line
+    ⟦conversation-id⟧ marks where each conversation (or its continuation) starts in the row.
+
+    \b
+    Examples:
+      databuild show build/muse-spark-tiny-fixed512-v1.parquet
+      databuild show rows.parquet --row 6000 --tokenizer ./tokenizer | less -R
+    """
+    from .render import load_tokenizer
+    from .show import compose, decode_spans, manifest_beside, open_parquet, read_rows, row_header, spans
+    from .show import tokenizer_dir
+
+    parquet_file = open_parquet(parquet)
+    target = read_rows(parquet_file, row)[0]  # checks the index before any tokenizer is loaded
+    tokenizer = load_tokenizer(tokenizer_dir(parquet, name_or_dir, manifest_beside(parquet)))
+    parts = spans(target)
+    texts = decode_spans(tokenizer, target, parts)
+    if sys.stdout.isatty():
+        body = compose(target, parts, texts, target=lambda s: _ANSI_TARGET + s + _ANSI_RESET,
+                       marker=lambda s: _ANSI_MARKER + s + _ANSI_RESET)
+    else:
+        body = compose(target, parts, texts, target=lambda s: f"[[{s}]]", marker=lambda s: s)
+    header = row_header(target, parquet_file.metadata.num_rows)
+    click.echo(f"{header}\n{body}{header}", color=sys.stdout.isatty())
+
+
+@click.command()
+@click.argument("parquet", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+              help="Where to write the page. Default: NAME.report.html in the current directory.")
+@click.option("--rows", "rows", type=click.IntRange(min=0), default=8, show_default=True,
+              help="How many of the first rows the row viewer shows.")
+@click.option("--tokenizer", "name_or_dir", metavar="NAME_OR_DIR",
+              help=_TOKENIZER_HELP + " Without one, the viewer shows token ids.")
+@_one_line_errors
+def report(parquet, output, rows, name_or_dir):
+    """Write one self-contained HTML page about PARQUET: summary, pins, charts and a row viewer.
+
+    The page loads nothing from anywhere (inline CSS and SVG), so it opens offline and can be
+    archived with the build.
+
+    \b
+    Examples:
+      databuild report build/muse-spark-tiny-fixed512-v1.parquet
+      databuild report rows.parquet -o /tmp/rows.html --rows 3 --tokenizer ./tokenizer
+    """
+    from .errors import BuildError
+    from .report import render_report
+
+    page = render_report(parquet, rows, name_or_dir)
+    output = output or Path(parquet.name.removesuffix(".parquet") + ".report.html")
+    try:
+        output.write_text(page, encoding="utf-8")
+    except OSError as exc:
+        raise BuildError(f"{output}: cannot write: {exc.strerror or exc}") from None
+    click.echo(f"{output} ({len(page.encode('utf-8')):,} bytes)")

@@ -1,0 +1,324 @@
+"""`databuild report`: one self-contained HTML page about a row file and the manifest beside it.
+
+Self-contained: inline CSS, hand-written inline SVG, no script, font, style or image from anywhere,
+so the page opens air-gapped, can be mailed, and can be archived with the build. It holds no time
+stamp, so the same file gives the same page. Per-row figures stream the parquet one row group at a
+time reading only loss_mask and seq_start_id (the small columns); numpy does the per-token work.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from .errors import BuildError
+from .show import (compose, decode_spans, id_texts, manifest_beside, open_parquet, printable, read_group,
+                   read_rows, row_header, spans, tokenizer_dir)
+
+W, H, LEFT, RIGHT, TOP, BOTTOM = 520, 210, 56, 12, 12, 40  # one chart's viewBox and margins
+WIDE = 1040  # the source mix spans both columns: source names are long
+BARS = 228  # beyond this many rows, bars show buckets of rows (about 2 px a bar)
+
+
+@dataclass(frozen=True)
+class RowStats:
+    tokens: np.ndarray  # per row: its length
+    supervised: np.ndarray  # per row: target tokens
+    segments: np.ndarray  # per row: len(seq_start_id)
+    segment_lengths: np.ndarray  # every segment of every row, in file order
+
+
+def _flat(column) -> tuple[np.ndarray, np.ndarray]:
+    array = column.combine_chunks()
+    return (array.flatten().to_numpy(zero_copy_only=False),
+            pc.list_value_length(array).to_numpy(zero_copy_only=False).astype(np.int64))
+
+
+def group_stats(table) -> RowStats:
+    mask, tokens = _flat(table.column("loss_mask"))
+    starts, counts = _flat(table.column("seq_start_id"))
+    # per-row sums as differences of one cumulative sum at the row offsets: any row lengths, no loop
+    running = np.concatenate([[0], np.cumsum(mask != 0, dtype=np.int64)])
+    offsets = np.concatenate([[0], np.cumsum(tokens)])
+    # a segment ends where the next one in its row starts; a row's last one at the row's end
+    ends = np.append(starts[1:], 0).astype(np.int64)
+    ends[np.cumsum(counts)[counts > 0] - 1] = tokens[counts > 0]
+    return RowStats(tokens, running[offsets[1:]] - running[offsets[:-1]], counts, ends - starts)
+
+
+def row_stats(parquet: pq.ParquetFile) -> RowStats:
+    parts = [group_stats(read_group(parquet, g, ["loss_mask", "seq_start_id"]))
+             for g in range(parquet.metadata.num_row_groups)]
+    fields = ("tokens", "supervised", "segments", "segment_lengths")
+    return RowStats(*(np.concatenate([getattr(p, f) for p in parts] or [np.zeros(0, np.int64)]) for f in fields))
+
+
+def _num(value) -> str:
+    return f"{int(value):,}" if float(value).is_integer() else f"{value:,.1f}"
+
+
+def _nice(value: float) -> float:
+    """The axis top: value rounded up to 1, 2 or 5 times a power of ten, so ticks read as round numbers."""
+    if value <= 2:
+        return 2.0
+    power = 10 ** np.floor(np.log10(value))
+    return float(next(m * power for m in (1, 2, 5, 10) if m * power >= value))
+
+
+def svg_bars(heights, tips: list[str], ticks: list[tuple[int, str]], xlabel: str, top: float | None = None) -> str:
+    """A vertical bar chart; ticks are (bar index, label) under the x axis."""
+    heights = np.asarray(heights, dtype=float)
+    top = float(top or _nice(heights.max(initial=0)))
+    width, height = W - LEFT - RIGHT, H - TOP - BOTTOM
+    step = width / max(len(heights), 1)
+    gap = step * 0.15 if step > 4 else 0.0
+    out = [f'<svg class="chart" viewBox="0 0 {W} {H}" role="img">']
+    for frac in (0.0, 0.5, 1.0):
+        y = TOP + height * (1 - frac)
+        out.append(f'<line class="grid" x1="{LEFT}" x2="{W - RIGHT}" y1="{y:.1f}" y2="{y:.1f}"/>'
+                   f'<text class="ytick" x="{LEFT - 6}" y="{y + 4:.1f}">{_num(top * frac)}</text>')
+    for i, (value, tip) in enumerate(zip(heights, tips)):
+        bar = height * value / top
+        out.append(f'<rect x="{LEFT + i * step + gap / 2:.2f}" y="{TOP + height - bar:.2f}" '
+                   f'width="{max(step - gap, 0.6):.2f}" height="{bar:.2f}"><title>{html.escape(tip)}</title></rect>')
+    for i, label in ticks:
+        out.append(f'<text class="xtick" x="{LEFT + (i + 0.5) * step:.1f}" y="{TOP + height + 15}">'
+                   f'{html.escape(label)}</text>')
+    out.append(f'<text class="xlabel" x="{LEFT + width / 2:.0f}" y="{H - 5}">{html.escape(xlabel)}</text></svg>')
+    return "".join(out)
+
+
+def svg_hbars(items: list[tuple[str, float, str]], width: int = W) -> str:
+    """Horizontal bars: (label, value, value text); the label column fits the longest label."""
+    label_w = min(8 + 7 * max((len(label) for label, _, _ in items), default=0), width // 2)
+    top = max((value for _, value, _ in items), default=0) or 1
+    room, row_h = width - label_w - 150, 22
+    out = [f'<svg class="chart" viewBox="0 0 {width} {row_h * len(items) + 8}" role="img">']
+    for k, (label, value, text) in enumerate(items):
+        y, bar = 4 + k * row_h, room * value / top
+        out.append(f'<text class="hlabel" x="{label_w - 8}" y="{y + 15}">{html.escape(label)}</text>'
+                   f'<rect x="{label_w}" y="{y + 3}" width="{bar:.1f}" height="{row_h - 6}">'
+                   f'<title>{html.escape(f"{label}: {text}")}</title></rect>'
+                   f'<text class="hvalue" x="{label_w + bar + 6:.1f}" y="{y + 15}">{html.escape(text)}</text>')
+    return "".join(out) + "</svg>"
+
+
+def _ticks(count: int, label, wanted: int = 5) -> list[tuple[int, str]]:
+    picks = sorted(set(np.linspace(0, count - 1, min(wanted, count)).round().astype(int).tolist())) if count else []
+    return [(i, label(i)) for i in picks]
+
+
+def per_row_chart(supervised: np.ndarray, row_tokens: int) -> str:
+    """Bars per row; for many rows, per bucket of rows: the mean, with min and max in the tooltip."""
+    n = len(supervised)
+    if n <= BARS:
+        tips = [f"row {i}: {int(v):,} supervised of {row_tokens:,}" for i, v in enumerate(supervised)]
+        return svg_bars(supervised, tips, _ticks(n, str), "row", top=row_tokens)
+    edges = np.linspace(0, n, BARS + 1).round().astype(int)
+    low = edges[:-1]
+    mean = np.add.reduceat(supervised, low) / np.diff(edges)
+    lo, hi = np.minimum.reduceat(supervised, low), np.maximum.reduceat(supervised, low)
+    tips = [f"rows {a}..{b - 1}: mean {m:,.0f}, min {x:,}, max {y:,} supervised of {row_tokens:,}"
+            for a, b, m, x, y in zip(low, edges[1:], mean, lo, hi)]
+    return svg_bars(mean, tips, _ticks(BARS, lambda i: str(low[i])), f"row (mean of ~{n // BARS} rows a bar)",
+                    top=row_tokens)
+
+
+def histogram_chart(values: np.ndarray, lo: int, hi: int, unit: str, xlabel: str, bars: int = 40) -> str:
+    """A histogram of integers in [lo, hi]: one bar per value when they fit, else ranges."""
+    if hi - lo + 1 <= bars:
+        edges = np.arange(lo, hi + 2)
+    else:
+        edges = np.unique(np.linspace(lo, hi + 1, bars + 1).round().astype(int))
+    counts, _ = np.histogram(values, bins=edges)
+    names = [str(a) if b - a == 1 else f"{a}..{b - 1}" for a, b in zip(edges[:-1], edges[1:])]
+    tips = [f"{name}: {int(c):,} {unit}" for name, c in zip(names, counts)]
+    return svg_bars(counts, tips, _ticks(len(names), lambda i: str(edges[i])), xlabel)
+
+
+def _figure(title: str, svg: str, caption: str, wide: bool = False) -> str:
+    return (f'<figure class="{"wide" if wide else ""}"><figcaption><b>{html.escape(title)}</b> '
+            f'{html.escape(caption)}</figcaption>{svg}</figure>')
+
+
+def source_mix(by_source: dict, what: str) -> list[tuple[str, float, str]]:
+    total = sum(v.get(what, 0) for v in by_source.values()) or 1
+    return [(name, v.get(what, 0), f"{v.get(what, 0):,} ({v.get(what, 0) / total:.1%})") for name, v in by_source.items()]
+
+
+def charts(stats: RowStats, manifest: dict | None, row_tokens: int) -> str:
+    counts = (manifest or {}).get("counts") or {}
+    rows, lengths = len(stats.supervised), stats.segment_lengths
+    parts = [
+        _figure("Supervised tokens per row", per_row_chart(stats.supervised, row_tokens),
+                f"mean {stats.supervised.mean() if rows else 0:,.0f} of {row_tokens:,}; "
+                f"min {stats.supervised.min(initial=0):,}, max {stats.supervised.max(initial=0):,}"),
+        _figure("Conversations per row", histogram_chart(stats.segments, 1, int(stats.segments.max(initial=1)),
+                                                         "rows", "conversation segments in the row"),
+                f"rows by len(seq_start_id); mean {stats.segments.mean() if rows else 0:.2f}"),
+        _figure("Conversation segment lengths", histogram_chart(lengths, 1, max(row_tokens, 1), "segments",
+                                                                "tokens in the segment", 32),
+                f"{len(lengths):,} segments by length (a conversation split across rows counts once per row); "
+                f"median {np.median(lengths) if len(lengths) else 0:,.0f}"),
+    ]
+    skipped = counts.get("rows_skipped") or {}
+    items = [("kept rows", rows, f"{rows:,}")] + [(f"skipped: {k.replace('_', ' ')}", v, f"{v:,}")
+                                                  for k, v in skipped.items()]
+    items += [(f"conversations skipped: {k}", v, f"{v:,}") for k, v in (counts.get("conversations_skipped") or {}).items()]
+    total_cut = rows + sum(skipped.values())
+    parts.append(_figure("Skipped rows", svg_hbars(items), f"{sum(skipped.values()):,} of {total_cut:,} rows cut "
+                         "from the stream were left out" if manifest else "no manifest: counts unknown"))
+    by_source = counts.get("by_source") or {}
+    mix = "".join(f"<h3>{what}</h3>" + svg_hbars(source_mix(by_source, what), WIDE) for what in ("tokens", "conversations"))
+    parts.append(_figure("Source mix", mix, "in kept rows, per source (manifest counts.by_source)" if by_source
+                         else "no manifest: source mix unknown", True))
+    return '<div class="grid">' + "".join(parts) + "</div>"
+
+
+def viewer(parquet: pq.ParquetFile, count: int, tokenizer, note: str) -> str:
+    total = parquet.metadata.num_rows
+    out = [f'<p class="note">{html.escape(note)}</p>']
+    for row in read_rows(parquet, 0, min(count, total)):
+        parts = spans(row)
+        texts = decode_spans(tokenizer, row, parts) if tokenizer is not None else id_texts(row, parts)
+        body = compose(row, parts, texts, target=lambda s: f"<mark>{s}</mark>",
+                       marker=lambda s: f'<span class="conv">{s}</span>', escape=lambda s: html.escape(printable(s)))
+        out.append(f'<details{" open" if row.index == 0 else ""}><summary>{html.escape(row_header(row, total))}'
+                   f'</summary><pre>{body}</pre></details>')
+    return "".join(out)
+
+
+def _flatten(value, prefix: str = "") -> list[tuple[str, str]]:
+    if isinstance(value, dict) and value:
+        return [pair for key, item in value.items() for pair in _flatten(item, f"{prefix}{key}.")]
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return [(prefix.rstrip("."), text)]
+
+
+def _table(pairs: list[tuple[str, str]]) -> str:
+    rows = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in pairs)
+    return f'<table class="kv">{rows}</table>'
+
+
+def checks(path: Path, stats: RowStats, manifest: dict | None) -> list[str]:
+    """Where the file and its manifest disagree, from figures that cost nothing to recompute."""
+    if manifest is None:
+        return [f"no manifest beside {path.name}: the figures below come from the file alone"]
+    out, found = manifest.get("output") or {}, []
+    figures = {"rows": len(stats.tokens), "supervised_tokens": int(stats.supervised.sum()),
+               "parquet_bytes": path.stat().st_size}
+    if len(stats.tokens):
+        figures["row_tokens"] = int(stats.tokens.max())
+    for key, value in figures.items():
+        if key in out and out[key] != value:
+            found.append(f"the file has {key} = {value:,}, the manifest says {out[key]:,}")
+    if out.get("file") not in (None, path.name):
+        found.append(f"the manifest describes {out['file']}, not {path.name}")
+    return found
+
+
+def summary(path: Path, stats: RowStats, manifest: dict | None) -> str:
+    out = (manifest or {}).get("output") or {}
+    counts = (manifest or {}).get("counts") or {}
+    rows, supervised = len(stats.tokens), int(stats.supervised.sum())
+    tokens = int(stats.tokens.sum())
+    cards = [("rows", f"{out.get('rows', rows):,}"),
+             ("row tokens", f"{out.get('row_tokens', int(stats.tokens.max(initial=0))):,}"),
+             ("tokens", f"{out.get('tokens', tokens):,}"),
+             ("supervised ratio", f"{out.get('supervised_token_ratio', supervised / max(tokens, 1)):.4f}"),
+             ("supervised tokens", f"{out.get('supervised_tokens', supervised):,}"),
+             ("conversations read", f"{counts['conversations_read']:,}" if "conversations_read" in counts else "?"),
+             ("rows skipped", f"{sum((counts.get('rows_skipped') or {}).values()):,}" if counts else "?"),
+             ("parquet bytes", f"{out.get('parquet_bytes', path.stat().st_size):,}")]
+    return '<div class="cards">' + "".join(f'<div class="card"><div class="k">{html.escape(k)}</div>'
+                                           f'<div class="v">{html.escape(v)}</div></div>' for k, v in cards) + "</div>"
+
+
+def pins(manifest: dict | None) -> str:
+    if manifest is None:
+        return "<p>No manifest: nothing is pinned.</p>"
+    inputs = manifest.get("inputs") or {}
+    source = dict(inputs.get("source") or {})
+    files = source.pop("files", [])
+    counts = {k: v for k, v in (manifest.get("counts") or {}).items() if k != "by_source"}
+    by_source = [(name, f"{v.get('conversations', 0):,} conversations, {v.get('tokens', 0):,} tokens")
+                 for name, v in ((manifest.get("counts") or {}).get("by_source") or {}).items()]
+    file_rows = "".join(f"<tr><td>{html.escape(str(f.get('path')))}</td><td>{f.get('bytes', 0):,}</td>"
+                        f"<td>{html.escape(str(f.get('rows', '')))}</td><td><code>{html.escape(str(f.get('sha256')))}"
+                        "</code></td></tr>" for f in files)
+    sections = [("Output", _flatten(manifest.get("output") or {})),
+                ("Tokenizer", _flatten(inputs.get("tokenizer") or {})), ("Source", _flatten(source)),
+                ("Build", _flatten(manifest.get("build") or {})), ("Counts", _flatten(counts)),
+                ("Conversations and tokens by source", by_source),
+                ("Library versions", _flatten(manifest.get("versions") or {}))]
+    extra = [("skipped_conversations", f"{len(manifest.get('skipped_conversations') or [])} (listed in the manifest)"),
+             ("row_digests", f"{len(manifest.get('row_digests') or [])} (listed in the manifest)")]
+    body = "".join(f"<h3>{html.escape(title)}</h3>{_table(pairs)}" for title, pairs in sections)
+    return (body + "<h3>Source files</h3><table class=\"files\"><tr><th>path</th><th>bytes</th><th>rows</th>"
+            f"<th>sha256</th></tr>{file_rows}</table><h3>Also in the manifest</h3>{_table(extra)}")
+
+
+CSS = """
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;color:#1d2330;margin:0;background:#f6f7f9}
+main{max-width:1100px;margin:0 auto;padding:20px 24px 60px}
+h1{font-size:22px;margin:0 0 2px}h2{font-size:17px;margin:28px 0 10px;border-bottom:1px solid #d8dce3}
+h3{font-size:14px;margin:16px 0 6px}.sub{color:#5b6475;margin:0 0 14px;word-break:break-all}
+.warn{background:#fdecea;border:1px solid #e3a39b;color:#7a1c12;padding:8px 12px;margin:6px 0;border-radius:4px}
+.cards{display:grid;grid-template-columns:repeat(4,1fr);gap:10px}
+.card{background:#fff;border:1px solid #dde1e7;border-radius:6px;padding:8px 12px}
+.card .k{color:#5b6475;font-size:12px}.card .v{font-size:19px;font-weight:600}
+.grid{display:grid;grid-template-columns:1fr 1fr;gap:14px}
+figure{margin:0;background:#fff;border:1px solid #dde1e7;border-radius:6px;padding:10px}figure.wide{grid-column:1/3}
+figcaption{font-size:12.5px;color:#3b4354;margin-bottom:4px}svg.chart{width:100%;height:auto;display:block}
+svg rect{fill:#3a7bd5}svg rect:hover{fill:#e07b00}svg .grid{stroke:#e3e6eb}
+svg text{font-size:11px;fill:#4a5263}svg .ytick,svg .hlabel{text-anchor:end}svg .xtick,svg .xlabel{text-anchor:middle}
+svg .hvalue{font-size:11px}
+table{border-collapse:collapse;background:#fff;width:100%;font-size:12.5px}
+th,td{border:1px solid #e1e4ea;padding:3px 8px;text-align:left;vertical-align:top;word-break:break-all}
+table.kv th{width:30%;font-weight:500;color:#4a5263;word-break:normal}
+details{background:#fff;border:1px solid #dde1e7;border-radius:6px;margin:6px 0}
+summary{cursor:pointer;padding:6px 10px;font-weight:500}
+pre{margin:0;padding:8px 10px;white-space:pre-wrap;word-break:break-word;font:12px/1.5 ui-monospace,Menlo,Consolas,monospace;
+max-height:520px;overflow:auto;border-top:1px solid #eceef2}
+mark{background:#c9f0d2;color:#0b3d17}.conv{display:inline-block;width:100%;background:#eef1f6;color:#33418a;font-weight:600;margin:4px 0 2px}
+.note{color:#5b6475}
+"""
+
+
+def render_report(path: Path, rows: int = 8, name_or_dir: str | None = None) -> str:
+    """The whole page. A tokenizer named explicitly must work; the manifest's one is optional."""
+    parquet = open_parquet(path)
+    manifest = manifest_beside(path)
+    stats = row_stats(parquet)
+    tokenizer, note = None, ""
+    if rows:
+        try:
+            from .render import load_tokenizer
+
+            directory = tokenizer_dir(path, name_or_dir, manifest)
+            tokenizer = load_tokenizer(directory)
+            note = (f"Decoded with the tokenizer in {directory}. Supervised tokens (loss_mask = 1) are "
+                    "highlighted; a shaded ⟦conversation-id⟧ line marks where each conversation segment starts.")
+        except BuildError as exc:
+            if name_or_dir is not None:
+                raise
+            note = f"Token ids shown, not text: {exc}. Supervised tokens are highlighted."
+    name = (manifest or {}).get("name") or path.name.removesuffix(".parquet")
+    row_tokens = int((manifest or {}).get("output", {}).get("row_tokens") or stats.tokens.max(initial=0))
+    warnings = "".join(f'<div class="warn">{html.escape(w)}</div>' for w in checks(path, stats, manifest))
+    data = json.dumps({"supervised": stats.supervised.tolist(), "conversation_segments": stats.segments.tolist()},
+                      separators=(",", ":"))
+    return (f'<!doctype html><html lang="en"><head><meta charset="utf-8">'
+            f'<meta name="viewport" content="width=device-width,initial-scale=1">'
+            f"<title>{html.escape(name)}: databuild report</title><style>{CSS}</style></head><body><main>"
+            f"<h1>{html.escape(name)}</h1><p class=\"sub\">{html.escape(str(path))}</p>{warnings}"
+            f"{summary(path, stats, manifest)}<h2>Charts</h2>{charts(stats, manifest, row_tokens)}"
+            f"<h2>First {min(rows, len(stats.tokens))} rows</h2>"
+            f"{viewer(parquet, rows, tokenizer, note) if rows else ''}<h2>Pins</h2>{pins(manifest)}"
+            f'<script type="application/json" id="row-stats">{data}</script></main></body></html>\n')

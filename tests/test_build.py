@@ -1,0 +1,202 @@
+"""databuild make end to end on the fixtures: golden hashes, an independent rebuild of the rows,
+determinism across processes and settings, and bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import REPO, TINY, write_config
+from databuild.build import make
+from databuild.config import load_config
+from databuild.errors import BuildError
+from databuild.verify import gather, verify
+
+GOLDEN = json.loads((REPO / "tests" / "golden" / f"{TINY}.json").read_text())
+KWARGS = {"current_date": "2026-10-01", "reasoning_effort": "xhigh"}
+HEADER_END, CLOSINGS = "<|message|>", ("<|end|>", "<|return|>")
+
+
+def run_cli(*args, env=None, cwd=REPO):
+    return subprocess.run([sys.executable, "-m", "databuild", *args], capture_output=True, text=True, cwd=cwd,
+                          env={**os.environ, **(env or {})})
+
+
+def test_golden_hashes(tiny_build):
+    output = tiny_build.data["output"]
+    for key in ("rows_sha256", "parquet_sha256", "parquet_bytes", "rows", "row_tokens", "supervised_tokens"):
+        assert output[key] == GOLDEN[key], key
+    assert tiny_build.data["counts"]["rows_skipped"]["no_supervised_token"] == GOLDEN[
+        "rows_skipped_no_supervised_token"]
+    first = pq.read_table(tiny_build.parquet).slice(0, 1).to_pylist()[0]
+    assert first["conversation_ids"] == GOLDEN["first_row_conversation_ids"]
+    assert first["seq_start_id"] == GOLDEN["first_row_seq_start_id"]
+
+
+def test_the_production_verifier_accepts_it(tiny_build):
+    report = verify(tiny_build.parquet, *gather(tiny_build.parquet, None, None, None, None)[:2])
+    assert report.failures == [] and report.exit_code == 0
+
+
+def independent_rows(tokenizer, source_conversations, row_tokens, rows_wanted):
+    """The rows rebuilt without databuild: numpy's permutation, transformers' own chat template
+    tokenization and assistant mask (minus the closing token of empty answers), EOS between."""
+    order = np.random.default_rng(42).permutation(len(source_conversations))
+    ids, mask, starts, owners = [], [], [], []
+    header_end = tokenizer.convert_tokens_to_ids(HEADER_END)
+    closings = set(tokenizer.convert_tokens_to_ids(list(CLOSINGS)))
+    kept, skipped = [], 0
+    for k, index in enumerate(order):
+        cid, messages = source_conversations[index]
+        out = tokenizer.apply_chat_template([{"role": r, "content": c} for r, c in messages], tokenize=True,
+                                            return_dict=True, return_assistant_tokens_mask=True, **KWARGS)
+        conv_ids, conv_mask = out["input_ids"], list(out["assistant_masks"])
+        for i in range(1, len(conv_ids)):  # an empty answer: header end, then straight the closing token
+            if conv_ids[i - 1] == header_end and conv_ids[i] in closings:
+                conv_mask[i] = 0
+        if k:
+            ids.append(tokenizer.eos_token_id)
+            mask.append(0)
+        starts.append(len(ids))
+        owners.append(cid)
+        ids += conv_ids
+        mask += conv_mask
+        while len(ids) >= (len(kept) + skipped + 1) * row_tokens and len(kept) < rows_wanted:
+            low = (len(kept) + skipped) * row_tokens
+            row_mask = mask[low:low + row_tokens]
+            if not any(row_mask):
+                skipped += 1
+                continue
+            inside = [j for j, s in enumerate(starts) if low < s < low + row_tokens]
+            first = max(j for j, s in enumerate(starts) if s <= low)
+            kept.append({"input_ids": ids[low:low + row_tokens], "loss_mask": row_mask,
+                         "seq_start_id": [0] + [starts[j] - low for j in inside],
+                         "conversation_ids": [owners[first]] + [owners[j] for j in inside]})
+        if len(kept) == rows_wanted:
+            return kept, skipped
+    raise AssertionError("fixtures ran out")
+
+
+def test_rows_match_an_independent_rebuild(tiny_build, tokenizer, source_conversations):
+    table = pq.read_table(tiny_build.parquet)
+    expected, skipped = independent_rows(tokenizer, source_conversations, 512, table.num_rows)
+    assert table.to_pylist() == expected
+    assert tiny_build.data["counts"]["rows_skipped"]["no_supervised_token"] == skipped
+
+
+def test_packing_invariants_and_counts(tiny_build, tokenizer):
+    table = pq.read_table(tiny_build.parquet)
+    manifest = tiny_build.data
+    ids = np.array(table.column("input_ids").to_pylist(), dtype=np.int64)
+    mask = np.array(table.column("loss_mask").to_pylist(), dtype=np.int64)
+    assert ids.shape == (40, 512) and table.schema.field("input_ids").type == pa.list_(pa.int32())
+    assert mask.any(axis=1).all()  # no kept row without a target
+    eos = tokenizer.eos_token_id
+    assert not mask[ids == eos].any()  # the inserted separator is never a target
+    for row_ids, starts in zip(ids, table.column("seq_start_id").to_pylist()):
+        assert starts[0] == 0 and starts == sorted(set(starts))
+        for s in starts[1:]:
+            assert row_ids[s - 1] == eos  # a conversation starts right after exactly one separator
+            assert s < 2 or row_ids[s - 2] != eos
+    counts = manifest["counts"]
+    assert manifest["output"]["tokens"] == 40 * 512 == sum(v["tokens"] for v in counts["by_source"].values())
+    assert manifest["output"]["supervised_tokens"] == int(mask.sum())
+    assert manifest["output"]["supervised_token_ratio"] == mask.sum() / mask.size
+    assert manifest["output"]["padding_tokens"] == 0
+    distinct = {cid for row in table.column("conversation_ids").to_pylist() for cid in row}
+    assert sum(v["conversations"] for v in counts["by_source"].values()) == len(distinct)
+    assert counts["separators_inserted"] == counts["conversations_read"] - 1
+
+
+def test_same_bytes_in_another_process_zone_locale_and_hash_seed(tiny_build, tmp_path):
+    env = {"PYTHONHASHSEED": "12345", "TZ": "Pacific/Kiritimati", "LC_ALL": "C.UTF-8", "LANG": "de_DE.UTF-8"}
+    result = run_cli("make", TINY, "--out", str(tmp_path), env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / f"{TINY}.parquet").read_bytes() == tiny_build.parquet.read_bytes()
+    assert (tmp_path / f"{TINY}.manifest.json").read_bytes() == tiny_build.manifest.read_bytes()
+    assert "rows_sha256            " + GOLDEN["rows_sha256"] in result.stdout
+
+
+@pytest.mark.parametrize("workers, batch_size, window", [(1, 1, 7), (2, 7, 300), (3, 33, 64)])
+def test_output_does_not_depend_on_workers_batches_or_windows(tiny_build, tiny_config, tmp_path, workers,
+                                                              batch_size, window):
+    result = make(tiny_config, tmp_path, workers=workers, batch_size=batch_size, window=window, progress=False)
+    assert result.parquet.read_bytes() == tiny_build.parquet.read_bytes()
+    assert result.manifest.read_bytes() == tiny_build.manifest.read_bytes()
+
+
+def bad_source(tmp_path: Path) -> Path:
+    """A one-file source whose rows 1, 3, 4 and 6 are malformed."""
+    rows = [
+        ("ok-0", [("user", "hi"), ("assistant", "hello")]),
+        ("bad-role", [("user", "hi"), ("robot", "beep")]),
+        ("ok-2", [("user", "a"), ("assistant", "b")]),
+        ("bad-empty", []),
+        ("bad-null", [("user", None), ("assistant", "x")]),
+        ("ok-5", [("user", "c"), ("assistant", "d")]),
+        ("", [("user", "e"), ("assistant", "f")]),
+    ] + [(f"ok-{i}", [("user", f"question {i} " * 30), ("assistant", f"answer {i} " * 30)]) for i in range(7, 40)]
+    kind = pa.list_(pa.struct([("content", pa.string()), ("role", pa.string())]))
+    table = pa.table({"id": [r[0] for r in rows],
+                      "messages": pa.array([[{"content": c, "role": role} for role, c in r[1]] for r in rows], kind),
+                      "source": ["bad"] * len(rows)})
+    (tmp_path / "src" / "data").mkdir(parents=True)
+    pq.write_table(table, tmp_path / "src" / "data" / "train-00000-of-00001.parquet")
+    return tmp_path / "src"
+
+
+def test_malformed_conversation_is_one_line_naming_file_row_and_id(tmp_path):
+    config = write_config(tmp_path / "bad.yaml", source={"dir": str(bad_source(tmp_path))}, rows=2)
+    out = tmp_path / "out"
+    result = run_cli("make", str(config), "--out", str(out))
+    assert result.returncode == 1
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    assert ("data/train-00000-of-00001.parquet: row 1 (id 'bad-role'): message 1: unknown role 'robot'"
+            in result.stderr)
+    assert "and 3 more" in result.stderr and "on_bad_conversation: skip" in result.stderr
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_skip_policy_counts_and_lists_every_skip(tmp_path):
+    config = load_config(write_config(tmp_path / "bad.yaml", source={"dir": str(bad_source(tmp_path))},
+                                      rows=2, on_bad_conversation="skip"))
+    result = make(config, tmp_path / "out", progress=False)
+    counts = result.data["counts"]
+    assert counts["malformed_in_source"] == 4
+    listed = {(m["row"], m["id"], m["reason"].split(":")[0]) for m in result.data["skipped_conversations"]}
+    assert len(listed) == counts["conversations_skipped"]["malformed"]
+    assert listed <= {(1, "bad-role", "message 1"), (3, "bad-empty", "missing or empty 'messages'"),
+                      (4, "bad-null", "message 0"), (6, "", "missing or empty id")}
+    assert counts["conversations_read"] + counts["conversations_skipped"]["malformed"] >= 2
+
+
+def test_source_running_out_fails_and_writes_nothing(tmp_path):
+    config = load_config(write_config(tmp_path / "c.yaml", rows=100000))
+    with pytest.raises(BuildError, match=r"the source ran out: \d+ rows kept of the 100000"):
+        make(config, tmp_path / "out", progress=False)
+    assert list((tmp_path / "out").iterdir()) == []
+
+
+def test_schema_errors_name_the_file(tmp_path):
+    (tmp_path / "src" / "data").mkdir(parents=True)
+    pq.write_table(pa.table({"id": ["a"], "messages": pa.array([[{"content": 1, "role": "user"}]]),
+                             "source": ["s"]}), tmp_path / "src" / "data" / "train-00000-of-00001.parquet")
+    config = load_config(write_config(tmp_path / "c.yaml", source={"dir": str(tmp_path / "src")}))
+    with pytest.raises(BuildError, match="data/train-00000-of-00001.parquet: schema: messages field 'content' is int64"):
+        make(config, tmp_path / "out", progress=False)
+
+
+def test_list_and_help_show_examples():
+    listed = run_cli("list")
+    assert listed.returncode == 0 and TINY in listed.stdout and "muse-spark-tulu3-fixed8192-v1" in listed.stdout
+    for command in ("make", "verify", "hash", "fetch"):
+        helped = run_cli(command, "--help")
+        assert helped.returncode == 0 and "Example" in helped.stdout, command

@@ -1,0 +1,157 @@
+"""Pinned hub inputs, offline: the tests lay out a real huggingface_hub cache in a temporary folder
+and drive the CLI through it (huggingface_hub's snapshot resolution, transformers' loading), with
+no mock of the loader."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, SOURCE_DIR, TINY, TOKENIZER_DIR, write_config
+
+SOURCE_REPO, SOURCE_COMMIT = "databuild-fixtures/tulu-tiny", "1" * 40
+TOKENIZER_REPO, TOKENIZER_COMMIT = "databuild-fixtures/muse-tiny-tokenizer", "2" * 40
+LFS_FILES = {"tokenizer.json"}  # plus every parquet file: the hub stores them in LFS, blobs named by sha256
+
+
+def blob_name(path: Path, lfs: bool) -> str:
+    data = path.read_bytes()
+    if lfs:
+        return hashlib.sha256(data).hexdigest()
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()  # git's blob id
+
+
+def lay_out_repo(cache: Path, kind: str, repo: str, commit: str, files: dict[str, Path]) -> Path:
+    """cache/{kind}s--ORG--NAME/{blobs,snapshots/COMMIT,refs/main}: the layout huggingface_hub writes."""
+    root = cache / f"{kind}s--{repo.replace('/', '--')}"
+    snapshot = root / "snapshots" / commit
+    (root / "blobs").mkdir(parents=True, exist_ok=True)
+    (root / "refs").mkdir(exist_ok=True)
+    (root / "refs" / "main").write_text(commit)
+    for name, source in files.items():
+        blob = blob_name(source, name.endswith(".parquet") or name in LFS_FILES)
+        shutil.copyfile(source, root / "blobs" / blob)
+        link = snapshot / name
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(os.path.relpath(root / "blobs" / blob, link.parent))
+    return snapshot
+
+
+@pytest.fixture
+def hub(tmp_path):
+    """A hub cache holding the fixture dataset and tokenizer at their pinned commits, and a config
+    that names them by repo and commit only (no local dirs)."""
+    cache = tmp_path / "hub"
+    sources = {f"data/{p.name}": p for p in sorted((SOURCE_DIR / "data").glob("*.parquet"))}
+    lay_out_repo(cache, "dataset", SOURCE_REPO, SOURCE_COMMIT, sources)
+    tokenizer_files = {p.name: p for p in TOKENIZER_DIR.iterdir()}
+    lay_out_repo(cache, "model", TOKENIZER_REPO, TOKENIZER_COMMIT, tokenizer_files)
+    config = write_config(tmp_path / f"{TINY}.yaml", source={"dir": None}, tokenizer={"dir": None})
+    return cache, config
+
+
+def run(cache: Path, *args: str, offline_env: bool = True) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_CACHE": str(cache), "HF_HOME": str(cache.parent / "hf-home"),
+           "HF_HUB_DISABLE_TELEMETRY": "1"}
+    env.pop("HF_HUB_OFFLINE", None)
+    if offline_env:
+        env["HF_HUB_OFFLINE"] = "1"
+    return subprocess.run([sys.executable, "-m", "databuild", *args], capture_output=True, text=True, env=env,
+                          cwd=REPO, timeout=120)
+
+
+def assert_one_line_error(result, *needles):
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr, result.stderr
+    for needle in needles:
+        assert needle in result.stderr, (needle, result.stderr)
+
+
+@pytest.mark.parametrize("offline_env", [True, False])
+def test_build_from_the_hub_cache_matches_the_local_build(hub, tiny_build, tmp_path, offline_env):
+    cache, config = hub
+    args = ["make", str(config), "--out", str(tmp_path / "out")] + ([] if offline_env else ["--offline"])
+    result = run(cache, *args, offline_env=offline_env)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "out" / f"{TINY}.parquet").read_bytes() == tiny_build.parquet.read_bytes()
+    manifest = (tmp_path / "out" / f"{TINY}.manifest.json").read_text()
+    assert '"origin": "hub"' in manifest and SOURCE_COMMIT in manifest and TOKENIZER_COMMIT in manifest
+
+
+def test_fetch_then_offline(hub):
+    cache, config = hub
+    result = run(cache, "fetch", str(config))
+    assert result.returncode == 0, result.stderr
+    assert f"snapshots/{SOURCE_COMMIT}" in result.stdout and f"snapshots/{TOKENIZER_COMMIT}" in result.stdout
+
+
+def test_nothing_cached_fails_fast_with_the_fetch_command(hub, tmp_path):
+    _, config = hub
+    started = time.monotonic()
+    result = run(tmp_path / "empty-cache", "make", str(config), "--out", str(tmp_path / "out"))
+    assert time.monotonic() - started < 30
+    assert_one_line_error(result, f"model {TOKENIZER_REPO}@{TOKENIZER_COMMIT}: not in the hub cache and offline",
+                          f"databuild fetch {TINY}")
+    assert not (tmp_path / "out").exists()
+
+
+def test_wrong_tokenizer_hash_names_both(hub, tmp_path):
+    cache, _ = hub
+    config = write_config(tmp_path / "c.yaml", source={"dir": None},
+                          tokenizer={"dir": None, "sha256": {"tokenizer.json": "ab" * 32}})
+    actual = hashlib.sha256((TOKENIZER_DIR / "tokenizer.json").read_bytes()).hexdigest()
+    result = run(cache, "make", str(config), "--out", str(tmp_path / "out"))
+    assert_one_line_error(result, f"tokenizer.json sha256 is {actual}, the config pins {'ab' * 32}")
+
+
+def test_missing_shard(hub, tmp_path):
+    cache, config = hub
+    (cache / f"datasets--{SOURCE_REPO.replace('/', '--')}" / "snapshots" / SOURCE_COMMIT / "data" /
+     "train-00001-of-00002.parquet").unlink()
+    result = run(cache, "make", str(config), "--out", str(tmp_path / "out"))
+    assert_one_line_error(result, f"dataset {SOURCE_REPO}@{SOURCE_COMMIT}: missing shard "
+                                  "data/train-00001-of-00002.parquet")
+
+
+def test_missing_tokenizer_file(hub, tmp_path):
+    cache, config = hub
+    (cache / f"models--{TOKENIZER_REPO.replace('/', '--')}" / "snapshots" / TOKENIZER_COMMIT /
+     "chat_template.jinja").unlink()
+    result = run(cache, "make", str(config), "--out", str(tmp_path / "out"))
+    assert_one_line_error(result, "missing file chat_template.jinja", f"databuild fetch {TINY}")
+
+
+def test_corrupt_cached_file(hub, tmp_path):
+    cache, config = hub
+    link = (cache / f"datasets--{SOURCE_REPO.replace('/', '--')}" / "snapshots" / SOURCE_COMMIT / "data" /
+            "train-00000-of-00002.parquet")
+    blob = link.resolve()
+    data = bytearray(blob.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    blob.write_bytes(bytes(data))
+    result = run(cache, "make", str(config), "--out", str(tmp_path / "out"))
+    assert_one_line_error(result, "data/train-00000-of-00002.parquet: cached file is corrupt")
+
+
+def test_branch_revision_is_refused(hub, tmp_path):
+    cache, _ = hub
+    config = write_config(tmp_path / "c.yaml", source={"dir": None, "revision": "main"}, tokenizer={"dir": None})
+    result = run(cache, "make", str(config), "--out", str(tmp_path / "out"))
+    assert_one_line_error(result, "key 'revision' = 'main': a pinned build needs a 40-hex commit")
+
+
+def test_air_gapped_dirs_are_checked_against_the_pins(tmp_path):
+    copy = tmp_path / "tok"
+    shutil.copytree(TOKENIZER_DIR, copy)
+    (copy / "chat_template.jinja").write_text((copy / "chat_template.jinja").read_text() + " ")
+    config = write_config(tmp_path / "c.yaml", source={"dir": None}, tokenizer={"dir": None})
+    result = run(tmp_path / "no-cache", "make", str(config), "--dataset-dir", str(SOURCE_DIR),
+                 "--tokenizer-dir", str(copy), "--out", str(tmp_path / "out"))
+    assert_one_line_error(result, "chat_template.jinja sha256 is")

@@ -1,0 +1,159 @@
+"""databuild verify fails closed: each kind of damage is injected and must be caught and named."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+from conftest import TINY, REPO
+from databuild.cli import main
+from databuild.hashing import hash_parquet
+from databuild.write import WRITER_OPTIONS
+
+SEED_RECIPE = REPO.parent / "shared" / "seed" / "muse-spark-open-b200-recipe.txt"
+
+
+@pytest.fixture
+def copy(tiny_build, tmp_path):
+    """A private copy of the tiny build: (parquet, manifest)."""
+    parquet = tmp_path / f"{TINY}.parquet"
+    shutil.copyfile(tiny_build.parquet, parquet)
+    shutil.copyfile(tiny_build.manifest, tmp_path / f"{TINY}.manifest.json")
+    return parquet, tmp_path / f"{TINY}.manifest.json"
+
+
+def verify_cli(*args):
+    result = CliRunner().invoke(main, ["verify", *map(str, args)])
+    assert "Traceback" not in result.output
+    return result
+
+
+def rewrite(parquet: Path, change) -> None:
+    """Rewrite the file validly (same writer settings) with change applied to its rows."""
+    rows = pq.read_table(parquet).to_pylist()
+    rows = change(rows)
+    pq.write_table(pa.Table.from_pylist(rows, schema=pq.read_schema(parquet)), parquet, **WRITER_OPTIONS)
+
+
+def test_hash_command_matches_the_manifest(copy):
+    parquet, manifest = copy
+    output = json.loads(manifest.read_text())["output"]
+    result = CliRunner().invoke(main, ["hash", str(parquet)])
+    assert result.exit_code == 0
+    for key in ("rows_sha256", "parquet_sha256", "parquet_bytes", "rows", "row_tokens"):
+        assert f"{key:<23}{output[key]}" in result.output
+    assert f"{output['supervised_token_ratio']!r}" in result.output
+
+
+def test_intact_file_verifies(copy):
+    result = verify_cli(copy[0])
+    assert result.exit_code == 0 and "verified" in result.output
+
+
+@pytest.mark.parametrize("where", [0.0, 0.3, 0.6, 0.999])
+def test_a_flipped_bit_anywhere(copy, where):
+    parquet, _ = copy
+    data = bytearray(parquet.read_bytes())
+    data[int(where * (len(data) - 1))] ^= 0x10
+    parquet.write_bytes(bytes(data))
+    result = verify_cli(parquet)
+    assert result.exit_code in (1, 3)
+    assert "FAILED parquet_sha256: expected" in result.output
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda rows: [{**rows[0], "input_ids": [rows[0]["input_ids"][0] ^ 1] + rows[0]["input_ids"][1:]}] + rows[1:],
+     "first differing row 0"),
+    (lambda rows: rows[:7] + [{**rows[7], "loss_mask": [1 - rows[7]["loss_mask"][0]] + rows[7]["loss_mask"][1:]}]
+     + rows[8:], "first differing row 7"),
+    (lambda rows: rows[:3] + [rows[4], rows[3]] + rows[5:], "first differing row 3: it holds expected row 4"),
+    (lambda rows: rows[:-1], "missing rows: expected 40, found 39"),
+    (lambda rows: rows + rows[:1], "extra rows: expected 40, found 41"),
+])
+def test_valid_rewrites_are_caught_with_the_row(copy, damage, message):
+    parquet, _ = copy
+    rewrite(parquet, damage)
+    result = verify_cli(parquet)
+    assert result.exit_code == 1
+    assert "FAILED rows_sha256: expected" in result.output and message in result.output
+
+
+@pytest.mark.parametrize("cut", ["truncated", "footer lost"])
+def test_truncated_or_footless_file_is_unreadable(copy, cut):
+    parquet, _ = copy
+    data = parquet.read_bytes()
+    parquet.write_bytes(data[: len(data) // 2] if cut == "truncated" else data[:-8])
+    result = verify_cli(parquet)
+    assert result.exit_code == 3 and "not readable as parquet" in result.output
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda t: t.set_column(0, pa.field("input_ids", pa.list_(pa.int64())), t.column(0).cast(pa.list_(pa.int64()))),
+     "int64>, expected list<item: int32>"),
+    (lambda t: t.drop_columns(["seq_start_id"]), "missing column 'seq_start_id'"),
+    (lambda t: pa.Table.from_pylist([{**r, "input_ids": r["input_ids"][:-1], "loss_mask": r["loss_mask"][:-1]}
+                                     if i == 5 else r for i, r in enumerate(t.to_pylist())], schema=t.schema),
+     "row 5 has a length other than 512 tokens"),
+    (lambda t: pa.Table.from_pylist([{**r, "seq_start_id": [3] + r["seq_start_id"][1:]} if i == 2 else r
+                                     for i, r in enumerate(t.to_pylist())], schema=t.schema),
+     "row 2: seq_start_id must start at 0"),
+])
+def test_wrong_schema_or_shape(copy, change, message):
+    parquet, _ = copy
+    pq.write_table(change(pq.read_table(parquet)), parquet, **WRITER_OPTIONS)
+    result = verify_cli(parquet)
+    assert result.exit_code == 1 and message in result.output
+
+
+def test_a_manifest_of_another_build(copy, tmp_path):
+    parquet, manifest = copy
+    other = json.loads(manifest.read_text())
+    other["output"]["rows_sha256"] = "0" * 64
+    other["output"]["rows"] = 41
+    manifest.write_text(json.dumps(other))
+    result = verify_cli(parquet)
+    assert result.exit_code == 1
+    assert f"FAILED rows_sha256: expected {'0' * 64}" in result.output and "FAILED rows: expected 41, found 40" in result.output
+
+
+def test_leftover_incomplete_build(copy):
+    parquet, _ = copy
+    parquet.with_name(parquet.name + ".partial").write_bytes(b"PAR1")
+    result = verify_cli(parquet)
+    assert result.exit_code == 1 and "an incomplete build was left behind" in result.output
+
+
+def test_no_manifest_means_incomplete(copy):
+    parquet, manifest = copy
+    manifest.unlink()
+    result = verify_cli(parquet)
+    assert result.exit_code == 1 and "no manifest beside it" in result.output
+
+
+def test_explicit_hashes(copy):
+    parquet, manifest = copy
+    output = json.loads(manifest.read_text())["output"]
+    assert verify_cli(parquet, "--rows-sha256", output["rows_sha256"]).exit_code == 0
+    result = verify_cli(parquet, "--parquet-sha256", "f" * 64)
+    assert result.exit_code == 1 and f"expected {'f' * 64}" in result.output
+
+
+def test_version_differences_warn_without_failing(copy):
+    parquet, manifest = copy
+    data = json.loads(manifest.read_text())
+    data["versions"]["pyarrow"] = "1.0.0"
+    manifest.write_text(json.dumps(data))
+    result = verify_cli(parquet)
+    assert result.exit_code == 0 and "warning: built with pyarrow 1.0.0" in result.output
+
+
+def test_streaming_hash_equals_the_build_hash(tiny_build):
+    summary = hash_parquet(tiny_build.parquet)
+    assert summary.rows_sha256 == tiny_build.data["output"]["rows_sha256"]
+    assert list(summary.row_digests) == tiny_build.data["row_digests"]
