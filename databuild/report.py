@@ -43,13 +43,16 @@ def _flat(column) -> tuple[np.ndarray, np.ndarray]:
 def group_stats(table) -> RowStats:
     mask, tokens = _flat(table.column("loss_mask"))
     starts, counts = _flat(table.column("seq_start_id"))
-    # per-row sums as differences of one cumulative sum at the row offsets: any row lengths, no loop
-    running = np.concatenate([[0], np.cumsum(mask != 0, dtype=np.int64)])
-    offsets = np.concatenate([[0], np.cumsum(tokens)])
+    if len(tokens) and (tokens == tokens[0]).all():  # the usual fixed-length rows: one 2-D count
+        supervised = np.count_nonzero(mask.reshape(len(tokens), -1), axis=1).astype(np.int64)
+    else:  # any row lengths: differences of one running sum at the row offsets, still no loop
+        running = np.concatenate([[0], np.cumsum(mask != 0, dtype=np.int64)])
+        offsets = np.concatenate([[0], np.cumsum(tokens)])
+        supervised = running[offsets[1:]] - running[offsets[:-1]]
     # a segment ends where the next one in its row starts; a row's last one at the row's end
     ends = np.append(starts[1:], 0).astype(np.int64)
     ends[np.cumsum(counts)[counts > 0] - 1] = tokens[counts > 0]
-    return RowStats(tokens, running[offsets[1:]] - running[offsets[:-1]], counts, ends - starts)
+    return RowStats(tokens, supervised, counts, ends - starts)
 
 
 def row_stats(parquet: pq.ParquetFile) -> RowStats:
@@ -147,38 +150,35 @@ def _figure(title: str, svg: str, caption: str, wide: bool = False) -> str:
             f'{html.escape(caption)}</figcaption>{svg}</figure>')
 
 
-def source_mix(by_source: dict, what: str) -> list[tuple[str, float, str]]:
-    total = sum(v.get(what, 0) for v in by_source.values()) or 1
-    return [(name, v.get(what, 0), f"{v.get(what, 0):,} ({v.get(what, 0) / total:.1%})") for name, v in by_source.items()]
+def _share(items: dict, what: str) -> list[tuple[str, float, str]]:
+    total = sum(v.get(what, 0) for v in items.values()) or 1
+    return [(name, v.get(what, 0), f"{v.get(what, 0):,} ({v.get(what, 0) / total:.1%})") for name, v in items.items()]
 
 
 def charts(stats: RowStats, manifest: dict | None, row_tokens: int) -> str:
     counts = (manifest or {}).get("counts") or {}
-    rows, lengths = len(stats.supervised), stats.segment_lengths
-    parts = [
-        _figure("Supervised tokens per row", per_row_chart(stats.supervised, row_tokens),
-                f"mean {stats.supervised.mean() if rows else 0:,.0f} of {row_tokens:,}; "
-                f"min {stats.supervised.min(initial=0):,}, max {stats.supervised.max(initial=0):,}"),
-        _figure("Conversations per row", histogram_chart(stats.segments, 1, int(stats.segments.max(initial=1)),
-                                                         "rows", "conversation segments in the row"),
-                f"rows by len(seq_start_id); mean {stats.segments.mean() if rows else 0:.2f}"),
+    sup, segs, lengths = stats.supervised, stats.segments, stats.segment_lengths
+    skipped = counts.get("rows_skipped") or {}
+    by_source = counts.get("by_source") or {}
+    bad = ", ".join(f"{v:,} {k}" for k, v in (counts.get("conversations_skipped") or {}).items()) or "none"
+    mix = "".join(f"<h3>{what}</h3>{svg_hbars(_share(by_source, what), WIDE)}" for what in ("tokens", "conversations"))
+    return '<div class="grid">' + "".join([
+        _figure("Supervised tokens per row", per_row_chart(sup, row_tokens),
+                f"mean {sup.mean() if len(sup) else 0:,.0f} of {row_tokens:,}; min {sup.min(initial=0):,}, "
+                f"max {sup.max(initial=0):,}"),
+        _figure("Conversations per row", histogram_chart(segs, 1, int(segs.max(initial=1)), "rows",
+                                                         "conversation segments in the row"),
+                f"rows by len(seq_start_id); mean {segs.mean() if len(segs) else 0:.2f}"),
         _figure("Conversation segment lengths", histogram_chart(lengths, 1, max(row_tokens, 1), "segments",
                                                                 "tokens in the segment", 32),
-                f"{len(lengths):,} segments by length (a conversation split across rows counts once per row); "
-                f"median {np.median(lengths) if len(lengths) else 0:,.0f}"),
-    ]
-    skipped = counts.get("rows_skipped") or {}
-    items = [("kept rows", rows, f"{rows:,}")] + [(f"skipped: {k.replace('_', ' ')}", v, f"{v:,}")
-                                                  for k, v in skipped.items()]
-    items += [(f"conversations skipped: {k}", v, f"{v:,}") for k, v in (counts.get("conversations_skipped") or {}).items()]
-    total_cut = rows + sum(skipped.values())
-    parts.append(_figure("Skipped rows", svg_hbars(items), f"{sum(skipped.values()):,} of {total_cut:,} rows cut "
-                         "from the stream were left out" if manifest else "no manifest: counts unknown"))
-    by_source = counts.get("by_source") or {}
-    mix = "".join(f"<h3>{what}</h3>" + svg_hbars(source_mix(by_source, what), WIDE) for what in ("tokens", "conversations"))
-    parts.append(_figure("Source mix", mix, "in kept rows, per source (manifest counts.by_source)" if by_source
-                         else "no manifest: source mix unknown", True))
-    return '<div class="grid">' + "".join(parts) + "</div>"
+                f"{len(lengths):,} segments by length (a conversation split across rows counts once per "
+                f"row); median {np.median(lengths) if len(lengths) else 0:,.0f}"),
+        _figure("Skipped rows", svg_hbars([("kept rows", len(sup), f"{len(sup):,}")] + [
+            (f"skipped: {k.replace('_', ' ')}", v, f"{v:,}") for k, v in skipped.items()]),
+            f"{sum(skipped.values()):,} of {len(sup) + sum(skipped.values()):,} rows cut from the stream were "
+            f"left out; conversations skipped: {bad}" if manifest else "no manifest: counts unknown"),
+        _figure("Source mix", mix if by_source else "", "in kept rows, per source (manifest counts.by_source)"
+                if by_source else "no manifest: source mix unknown", wide=True)]) + "</div>"
 
 
 def viewer(parquet: pq.ParquetFile, count: int, tokenizer, note: str) -> str:

@@ -99,14 +99,6 @@ def test_driver_holds_a_bounded_window(ray_instance, workers, batch_size):
         assert a.input_ids.dtype == b.input_ids.dtype and a.loss_mask.dtype == b.loss_mask.dtype
 
 
-def test_early_close_leaves_the_callers_ray_running(ray_instance):
-    encoder, conversations = _tiny_stream()
-    stream = ray_encode_stream(conversations(), encoder, 4, 2, None)
-    assert len(list(islice(stream, 6))) == 6
-    stream.close()
-    assert ray.is_initialized()
-
-
 def test_a_worker_build_error_is_one_line(ray_instance):
     encoder, conversations = _tiny_stream()
     # A template without the harmony headers: the muse_spark mask cannot place the answers.

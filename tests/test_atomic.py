@@ -1,0 +1,121 @@
+"""A build is published whole or not at all: crashes leave nothing, or the previous complete build,
+under the final names; a rerun then writes identical bytes."""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+from conftest import REPO, TINY, TINY_CONFIG
+from databuild.build import make
+from databuild.cli import main
+from databuild.encode import Encoder
+from databuild.verify import gather, verify
+
+
+def names(directory):
+    return sorted(p.name for p in directory.iterdir()) if directory.exists() else []
+
+
+@pytest.fixture
+def previous(tiny_build, tmp_path):
+    """An output directory holding a previous complete build."""
+    out = tmp_path / "out"
+    out.mkdir()
+    shutil.copyfile(tiny_build.parquet, out / tiny_build.parquet.name)
+    shutil.copyfile(tiny_build.manifest, out / tiny_build.manifest.name)
+    return out
+
+
+def still_the_previous_build(out, tiny_build):
+    assert names(out) == sorted([tiny_build.parquet.name, tiny_build.manifest.name])
+    parquet = out / tiny_build.parquet.name
+    assert parquet.read_bytes() == tiny_build.parquet.read_bytes()
+    assert verify(parquet, *gather(parquet, None, None, None, None)[:2]).failures == []
+
+
+def test_exception_after_k_batches(tiny_config, tiny_build, previous, tmp_path, monkeypatch):
+    calls = {"n": 0}
+    original = Encoder.encode_batch
+
+    def failing(self, batch):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise RuntimeError("injected failure in batch 3")
+        return original(self, batch)
+
+    monkeypatch.setattr(Encoder, "encode_batch", failing)
+    for out in (tmp_path / "fresh", previous):
+        calls["n"] = 0
+        with pytest.raises(RuntimeError, match="injected"):
+            make(tiny_config, out, batch_size=8, progress=False)
+    assert names(tmp_path / "fresh") == []
+    still_the_previous_build(previous, tiny_build)
+    monkeypatch.undo()
+    rerun = make(tiny_config, previous, progress=False)
+    assert rerun.parquet.read_bytes() == tiny_build.parquet.read_bytes()
+
+
+def test_disk_full_while_writing(tiny_build, previous, monkeypatch):
+    def full(self, *args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "rows.parquet.partial")
+
+    monkeypatch.setattr(pq.ParquetWriter, "write_table", full)
+    result = CliRunner().invoke(main, ["make", TINY, "--out", str(previous)])
+    assert result.exit_code == 1
+    assert result.output.strip() == "error: No space left on device: rows.parquet.partial"
+    still_the_previous_build(previous, tiny_build)
+
+
+KILLED_MID_WRITE = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    import databuild.write as write
+    from databuild.build import make
+    from databuild.config import load_config
+
+    write.ROW_GROUP_TOKENS = 512 * 4  # several row groups, so there is a 'middle' of the write
+    table = write._table
+    groups = {"n": 0}
+
+    def slow_table(rows):
+        groups["n"] += 1
+        if groups["n"] == 3:
+            Path(sys.argv[3]).write_text("mid-write")
+            time.sleep(60)
+        return table(rows)
+
+    write._table = slow_table
+    make(load_config(sys.argv[1]), Path(sys.argv[2]), progress=False)
+""")
+
+
+def test_sigkill_mid_write_then_rerun(tiny_config, tiny_build, previous, tmp_path):
+    marker = tmp_path / "marker"
+    child = subprocess.Popen([sys.executable, "-c", KILLED_MID_WRITE, str(TINY_CONFIG), str(previous), str(marker)],
+                             cwd=REPO)
+    deadline = time.monotonic() + 60
+    while not marker.exists() and time.monotonic() < deadline and child.poll() is None:
+        time.sleep(0.05)
+    assert marker.exists(), "the child never reached the middle of the write"
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    partial = previous / f"{TINY}.parquet.partial"
+    assert partial.exists()  # what a SIGKILL leaves: under the temporary name only
+    parquet = previous / tiny_build.parquet.name
+    assert parquet.read_bytes() == tiny_build.parquet.read_bytes()
+    report = verify(parquet, *gather(parquet, None, None, None, None)[:2])
+    assert [f for f in report.failures if "incomplete build was left behind" in f]
+    rerun = make(tiny_config, previous, progress=False)
+    assert rerun.parquet.read_bytes() == tiny_build.parquet.read_bytes()
+    still_the_previous_build(previous, tiny_build)

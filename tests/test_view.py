@@ -1,0 +1,171 @@
+"""`databuild show` and `databuild report` on the tiny build: what they print matches the file."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+from databuild.build import make
+from databuild.cli import main
+from databuild.cli_view import report, show
+from databuild.config import resolve_config
+from databuild.render import load_tokenizer
+from databuild.show import decode_spans, open_parquet, read_rows, spans, tokenizer_dir
+
+NAME = "muse-spark-tiny-fixed512-v1"
+
+# Until cli.py registers them itself; either way `main` is the real entry point under test.
+for command in (show, report):
+    if command.name not in main.commands:
+        main.add_command(command)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    out = tmp_path_factory.mktemp("build")
+    make(resolve_config(NAME), out, progress=False)
+    parquet = out / f"{NAME}.parquet"
+    manifest = json.loads((out / f"{NAME}.manifest.json").read_text(encoding="utf-8"))
+    table = pq.read_table(parquet)
+    return parquet, manifest, table
+
+
+def run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def supervised_runs(output: str) -> list[str]:
+    return re.findall(r"\[\[(.*?)\]\]", output, flags=re.S)
+
+
+@pytest.mark.parametrize("row", [0, 1, 17, 39])
+def test_show_marks_targets_and_conversations(built, row):
+    parquet, _, table = built
+    result = run("show", parquet, "--row", row)
+    assert result.exit_code == 0, result.output
+    supervised = int(np.count_nonzero(table.column("loss_mask")[row].as_py()))
+    assert f"row {row} of 40: supervised {supervised} / 512 tokens" in result.stdout
+    for conversation_id in table.column("conversation_ids")[row].as_py():
+        assert f"⟦{conversation_id}⟧" in result.stdout
+    assert supervised_runs(result.stdout)
+
+
+def test_show_plain_output_has_no_ansi(built):
+    result = run("show", built[0], "--row", 2)
+    assert result.exit_code == 0 and "\x1b" not in result.output
+
+
+def test_show_supervised_runs_end_in_closings(built):
+    parquet, _, table = built
+    closings = [run_ for row in range(3) for run_ in supervised_runs(run("show", parquet, "--row", row).stdout)]
+    assert any(text.endswith(("<|return|>", "<|end|>")) for text in closings)
+    assert "<|return|>" in "".join(closings)
+
+
+def test_continuation_is_marked(built):
+    parquet, _, table = built
+    ids = table.column("conversation_ids").to_pylist()
+    row = next(i for i in range(1, len(ids)) if ids[i][0] == ids[i - 1][-1])
+    assert "continued from the previous row" in run("show", parquet, "--row", row).stdout
+
+
+def test_run_decoding_keeps_every_character(built):
+    """Decoding by runs gives the same text as decoding the whole row: no split multi-byte characters."""
+    parquet, manifest, _ = built
+    tokenizer = load_tokenizer(tokenizer_dir(parquet, None, manifest))
+    for row in read_rows(open_parquet(parquet), 0, 40):
+        parts = spans(row)
+        assert [p.start for p in parts][0] == 0 and parts[-1].end == 512
+        assert "".join(decode_spans(tokenizer, row, parts)) == tokenizer.decode(
+            row.input_ids.tolist(), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+
+def test_show_tokenizer_by_config_name(built):
+    result = run("show", built[0], "--tokenizer", NAME)
+    assert result.exit_code == 0 and "⟦" in result.stdout
+
+
+def test_show_refuses_a_tokenizer_that_is_not_the_pinned_one(built, tmp_path):
+    parquet, manifest, _ = built
+    shutil.copy(parquet, tmp_path / parquet.name)
+    manifest = json.loads(json.dumps(manifest))
+    manifest["inputs"]["tokenizer"]["sha256"]["tokenizer.json"] = "0" * 64
+    (tmp_path / f"{NAME}.manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    result = run("show", tmp_path / parquet.name)
+    assert result.exit_code != 0 and "the manifest pins 0000" in result.stderr
+
+
+@pytest.fixture(scope="module")
+def page(built, tmp_path_factory):
+    out = tmp_path_factory.mktemp("report") / "report.html"
+    result = run("report", built[0], "-o", out)
+    assert result.exit_code == 0, result.output
+    return out.read_text(encoding="utf-8")
+
+
+def test_report_numbers_match_the_manifest(built, page):
+    _, manifest, _ = built
+    out = manifest["output"]
+    for text in (f"{out['rows']:,}", out["rows_sha256"], out["parquet_sha256"], f"{out['supervised_token_ratio']:.4f}",
+                 manifest["inputs"]["tokenizer"]["revision"], manifest["versions"]["pyarrow"]):
+        assert text in page
+    for name, counts in manifest["counts"]["by_source"].items():
+        assert f"<th>{name}</th><td>{counts['conversations']:,} conversations, {counts['tokens']:,} tokens</td>" in page
+    skipped = manifest["counts"]["rows_skipped"]["no_supervised_token"]
+    assert f"{skipped} of {out['rows'] + skipped} rows" in page
+    assert 'class="warn"' not in page  # the file and its manifest agree
+
+
+def test_report_per_row_figures_match_the_parquet(built, page):
+    _, _, table = built
+    data = json.loads(re.search(r'<script type="application/json" id="row-stats">(.*?)</script>', page).group(1))
+    masks = table.column("loss_mask").to_pylist()
+    assert data["supervised"] == [int(np.count_nonzero(m)) for m in masks]
+    assert data["conversation_segments"] == [len(s) for s in table.column("seq_start_id").to_pylist()]
+    assert f"row 3: {data['supervised'][3]:,} supervised of 512" in page
+    assert page.count("<details") == 8 and "<mark>" in page and "&lt;|return|&gt;" in page
+
+
+def test_report_is_self_contained(page):
+    for pattern in (r"https?://", r"<link\b", r"@import", r"<img\b", r"<iframe\b", r"<script(?![^>]*application/json)",
+                    r"\bsrc\s*=", r"\bhref\s*=\s*[\"'](?!#)"):
+        assert not re.search(pattern, page, flags=re.I), pattern
+    assert all(u.startswith("data:") for u in re.findall(r"url\(\s*['\"]?([^'\")]*)", page))
+
+
+def test_report_without_manifest_or_tokenizer(built, tmp_path):
+    shutil.copy(built[0], tmp_path / "rows.parquet")
+    result = run("report", tmp_path / "rows.parquet", "-o", tmp_path / "r.html", "--rows", 2)
+    assert result.exit_code == 0, result.output
+    page = (tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "no manifest beside rows.parquet" in page and "Token ids shown" in page and page.count("<details") == 2
+
+
+@pytest.mark.parametrize("args", [["show", "{p}", "--row", "40"], ["show", "{p}", "--row", "-1"],
+                                  ["show", "{missing}"], ["report", "{missing}"],
+                                  ["show", "{p}", "--tokenizer", "no-such-tokenizer"]])
+def test_errors_are_one_line(built, tmp_path, args):
+    values = {"p": built[0], "missing": tmp_path / "missing.parquet"}
+    result = run(*(a.format(**values) for a in args))
+    assert result.exit_code != 0
+    assert isinstance(result.exception, SystemExit) and "Traceback" not in result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium is not installed")
+def test_report_renders_in_headless_chromium(page, tmp_path):
+    (tmp_path / "report.html").write_text(page, encoding="utf-8")
+    dom = subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                          "--disable-component-update", "--disable-sync", "--no-first-run",
+                          f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", (tmp_path / "report.html").as_uri()],
+                         capture_output=True, text=True, timeout=120)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert "<svg" in dom.stdout and "Supervised tokens per row" in dom.stdout
