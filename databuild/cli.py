@@ -201,3 +201,9 @@ def verify_command(parquet, manifest, recipe, rows_sha256, parquet_sha256):
         checked = ", ".join(sorted({e.field for e in expectations}))
         click.echo(f"verified {parquet}: {checked}")
     sys.exit(report.exit_code)
+
+
+from .cli_view import report, show  # noqa: E402  (the view commands live beside the builder's)
+
+main.add_command(show)
+main.add_command(report)

@@ -34,8 +34,10 @@ _ANSI_TARGET, _ANSI_MARKER, _ANSI_RESET = "\x1b[32m", "\x1b[1;36m", "\x1b[0m"
 @click.argument("parquet", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--row", "row", type=int, default=0, show_default=True, help="The row to show (0-based).")
 @click.option("--tokenizer", "name_or_dir", metavar="NAME_OR_DIR", help=_TOKENIZER_HELP)
+@click.option("--color", type=click.Choice(["auto", "always", "never"]), default="auto", show_default=True,
+              help="ANSI colours (auto: only on a terminal); without them, targets are wrapped in [[...]].")
 @_one_line_errors
-def show(parquet, row, name_or_dir):
+def show(parquet, row, name_or_dir, color):
     """Print one row decoded: supervised tokens highlighted, conversation starts marked.
 
     On a terminal, supervised tokens are green; otherwise they are wrapped in [[...]]. A line
@@ -44,7 +46,8 @@ def show(parquet, row, name_or_dir):
     \b
     Examples:
       databuild show build/muse-spark-tiny-fixed512-v1.parquet
-      databuild show rows.parquet --row 6000 --tokenizer ./tokenizer | less -R
+      databuild show rows.parquet --row 6000 --tokenizer ./tokenizer
+      databuild show rows.parquet --row 12 --color always | less -R
     """
     from .render import load_tokenizer
     from .show import compose, decode_spans, manifest_beside, open_parquet, read_rows, row_header, spans
@@ -55,13 +58,14 @@ def show(parquet, row, name_or_dir):
     tokenizer = load_tokenizer(tokenizer_dir(parquet, name_or_dir, manifest_beside(parquet)))
     parts = spans(target)
     texts = decode_spans(tokenizer, target, parts)
-    if sys.stdout.isatty():
+    ansi = color == "always" or (color == "auto" and sys.stdout.isatty())
+    if ansi:
         body = compose(target, parts, texts, target=lambda s: _ANSI_TARGET + s + _ANSI_RESET,
                        marker=lambda s: _ANSI_MARKER + s + _ANSI_RESET)
     else:
         body = compose(target, parts, texts, target=lambda s: f"[[{s}]]", marker=lambda s: s)
     header = row_header(target, parquet_file.metadata.num_rows)
-    click.echo(f"{header}\n{body}{header}", color=sys.stdout.isatty())
+    click.echo(f"{header}\n{body}{header}", color=ansi)
 
 
 @click.command()

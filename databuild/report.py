@@ -164,8 +164,8 @@ def charts(stats: RowStats, manifest: dict | None, row_tokens: int) -> str:
     mix = "".join(f"<h3>{what}</h3>{svg_hbars(_share(by_source, what), WIDE)}" for what in ("tokens", "conversations"))
     return '<div class="grid">' + "".join([
         _figure("Supervised tokens per row", per_row_chart(sup, row_tokens),
-                f"mean {sup.mean() if len(sup) else 0:,.0f} of {row_tokens:,}; min {sup.min(initial=0):,}, "
-                f"max {sup.max(initial=0):,}"),
+                f"mean {sup.mean() if len(sup) else 0:,.0f} of {row_tokens:,}; "
+                f"min {sup.min() if len(sup) else 0:,}, max {sup.max(initial=0):,}"),
         _figure("Conversations per row", histogram_chart(segs, 1, int(segs.max(initial=1)), "rows",
                                                          "conversation segments in the row"),
                 f"rows by len(seq_start_id); mean {segs.mean() if len(segs) else 0:.2f}"),
@@ -195,130 +195,118 @@ def viewer(parquet: pq.ParquetFile, count: int, tokenizer, note: str) -> str:
 
 
 def _flatten(value, prefix: str = "") -> list[tuple[str, str]]:
+    """Nested manifest fields as (dotted key, text) rows: new manifest fields show up unasked."""
     if isinstance(value, dict) and value:
         return [pair for key, item in value.items() for pair in _flatten(item, f"{prefix}{key}.")]
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-    return [(prefix.rstrip("."), text)]
+    return [(prefix.rstrip("."), value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))]
 
 
-def _table(pairs: list[tuple[str, str]]) -> str:
-    rows = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in pairs)
-    return f'<table class="kv">{rows}</table>'
+def _table(rows: list[tuple], head: tuple = ()) -> str:
+    cells = "".join("<tr>" + "".join(f"<{'th' if i == 0 and not head else 'td'}>{html.escape(str(c))}"
+                                     f"</{'th' if i == 0 and not head else 'td'}>" for i, c in enumerate(r)) + "</tr>"
+                    for r in rows)
+    top = "<tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>" if head else ""
+    return f'<table class="{"files" if head else "kv"}">{top}{cells}</table>'
 
 
 def checks(path: Path, stats: RowStats, manifest: dict | None) -> list[str]:
-    """Where the file and its manifest disagree, from figures that cost nothing to recompute."""
+    """Where the file and its manifest disagree, from figures that cost nothing extra to recompute."""
     if manifest is None:
         return [f"no manifest beside {path.name}: the figures below come from the file alone"]
-    out, found = manifest.get("output") or {}, []
-    figures = {"rows": len(stats.tokens), "supervised_tokens": int(stats.supervised.sum()),
-               "parquet_bytes": path.stat().st_size}
-    if len(stats.tokens):
-        figures["row_tokens"] = int(stats.tokens.max())
-    for key, value in figures.items():
-        if key in out and out[key] != value:
-            found.append(f"the file has {key} = {value:,}, the manifest says {out[key]:,}")
-    if out.get("file") not in (None, path.name):
-        found.append(f"the manifest describes {out['file']}, not {path.name}")
-    return found
+    out = manifest.get("output") or {}
+    found = {"rows": len(stats.tokens), "supervised_tokens": int(stats.supervised.sum()),
+             "parquet_bytes": path.stat().st_size, "row_tokens": int(stats.tokens.max(initial=0))}
+    return [f"the file has {key} = {value:,}, the manifest says {out[key]:,}"
+            for key, value in found.items() if key in out and out[key] != value and (key != "row_tokens" or value)]
 
 
 def summary(path: Path, stats: RowStats, manifest: dict | None) -> str:
-    out = (manifest or {}).get("output") or {}
-    counts = (manifest or {}).get("counts") or {}
-    rows, supervised = len(stats.tokens), int(stats.supervised.sum())
-    tokens = int(stats.tokens.sum())
-    cards = [("rows", f"{out.get('rows', rows):,}"),
+    out, counts = (manifest or {}).get("output") or {}, (manifest or {}).get("counts")
+    tokens, supervised = int(stats.tokens.sum()), int(stats.supervised.sum())
+    cards = [("rows", f"{out.get('rows', len(stats.tokens)):,}"),
              ("row tokens", f"{out.get('row_tokens', int(stats.tokens.max(initial=0))):,}"),
              ("tokens", f"{out.get('tokens', tokens):,}"),
              ("supervised ratio", f"{out.get('supervised_token_ratio', supervised / max(tokens, 1)):.4f}"),
              ("supervised tokens", f"{out.get('supervised_tokens', supervised):,}"),
-             ("conversations read", f"{counts['conversations_read']:,}" if "conversations_read" in counts else "?"),
+             ("conversations read", f"{counts.get('conversations_read', 0):,}" if counts else "?"),
              ("rows skipped", f"{sum((counts.get('rows_skipped') or {}).values()):,}" if counts else "?"),
              ("parquet bytes", f"{out.get('parquet_bytes', path.stat().st_size):,}")]
-    return '<div class="cards">' + "".join(f'<div class="card"><div class="k">{html.escape(k)}</div>'
-                                           f'<div class="v">{html.escape(v)}</div></div>' for k, v in cards) + "</div>"
+    return '<div class="cards">' + "".join(f'<div class="card"><div class="k">{html.escape(k)}</div><div class="v">'
+                                           f'{html.escape(v)}</div></div>' for k, v in cards) + "</div>"
 
 
 def pins(manifest: dict | None) -> str:
     if manifest is None:
         return "<p>No manifest: nothing is pinned.</p>"
-    inputs = manifest.get("inputs") or {}
+    inputs, counts = manifest.get("inputs") or {}, dict(manifest.get("counts") or {})
     source = dict(inputs.get("source") or {})
-    files = source.pop("files", [])
-    counts = {k: v for k, v in (manifest.get("counts") or {}).items() if k != "by_source"}
-    by_source = [(name, f"{v.get('conversations', 0):,} conversations, {v.get('tokens', 0):,} tokens")
-                 for name, v in ((manifest.get("counts") or {}).get("by_source") or {}).items()]
-    file_rows = "".join(f"<tr><td>{html.escape(str(f.get('path')))}</td><td>{f.get('bytes', 0):,}</td>"
-                        f"<td>{html.escape(str(f.get('rows', '')))}</td><td><code>{html.escape(str(f.get('sha256')))}"
-                        "</code></td></tr>" for f in files)
-    sections = [("Output", _flatten(manifest.get("output") or {})),
-                ("Tokenizer", _flatten(inputs.get("tokenizer") or {})), ("Source", _flatten(source)),
-                ("Build", _flatten(manifest.get("build") or {})), ("Counts", _flatten(counts)),
-                ("Conversations and tokens by source", by_source),
-                ("Library versions", _flatten(manifest.get("versions") or {}))]
-    extra = [("skipped_conversations", f"{len(manifest.get('skipped_conversations') or [])} (listed in the manifest)"),
-             ("row_digests", f"{len(manifest.get('row_digests') or [])} (listed in the manifest)")]
-    body = "".join(f"<h3>{html.escape(title)}</h3>{_table(pairs)}" for title, pairs in sections)
-    return (body + "<h3>Source files</h3><table class=\"files\"><tr><th>path</th><th>bytes</th><th>rows</th>"
-            f"<th>sha256</th></tr>{file_rows}</table><h3>Also in the manifest</h3>{_table(extra)}")
+    files, by_source = source.pop("files", []), counts.pop("by_source", {})
+    sections = [("Output", _table(_flatten(manifest.get("output") or {}))),
+                ("Tokenizer", _table(_flatten(inputs.get("tokenizer") or {}))),
+                ("Source", _table(_flatten(source))),
+                ("Source files", _table([(f.get("path"), f"{f.get('bytes', 0):,}", f.get("rows", ""), f.get("sha256"))
+                                         for f in files], ("path", "bytes", "rows", "sha256"))),
+                ("Build", _table(_flatten(manifest.get("build") or {}))), ("Counts", _table(_flatten(counts))),
+                ("Conversations and tokens by source", _table([
+                    (name, f"{v.get('conversations', 0):,} conversations, {v.get('tokens', 0):,} tokens")
+                    for name, v in by_source.items()])),
+                ("Library versions", _table(_flatten(manifest.get("versions") or {}))),
+                ("Also in the manifest", _table([(key, f"{len(manifest.get(key) or [])} entries")
+                                                 for key in ("skipped_conversations", "row_digests")]))]
+    return "".join(f"<h3>{html.escape(title)}</h3>{body}" for title, body in sections)
 
 
 CSS = """
-body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;color:#1d2330;margin:0;background:#f6f7f9}
-main{max-width:1100px;margin:0 auto;padding:20px 24px 60px}
-h1{font-size:22px;margin:0 0 2px}h2{font-size:17px;margin:28px 0 10px;border-bottom:1px solid #d8dce3}
-h3{font-size:14px;margin:16px 0 6px}.sub{color:#5b6475;margin:0 0 14px;word-break:break-all}
-.warn{background:#fdecea;border:1px solid #e3a39b;color:#7a1c12;padding:8px 12px;margin:6px 0;border-radius:4px}
-.cards{display:grid;grid-template-columns:repeat(4,1fr);gap:10px}
-.card{background:#fff;border:1px solid #dde1e7;border-radius:6px;padding:8px 12px}
-.card .k{color:#5b6475;font-size:12px}.card .v{font-size:19px;font-weight:600}
-.grid{display:grid;grid-template-columns:1fr 1fr;gap:14px}
-figure{margin:0;background:#fff;border:1px solid #dde1e7;border-radius:6px;padding:10px}figure.wide{grid-column:1/3}
-figcaption{font-size:12.5px;color:#3b4354;margin-bottom:4px}svg.chart{width:100%;height:auto;display:block}
-svg rect{fill:#3a7bd5}svg rect:hover{fill:#e07b00}svg .grid{stroke:#e3e6eb}
-svg text{font-size:11px;fill:#4a5263}svg .ytick,svg .hlabel{text-anchor:end}svg .xtick,svg .xlabel{text-anchor:middle}
-svg .hvalue{font-size:11px}
-table{border-collapse:collapse;background:#fff;width:100%;font-size:12.5px}
+body{font:14px/1.45 system-ui,sans-serif;color:#1d2330;margin:0;background:#f6f7f9}
+main{max-width:1100px;margin:0 auto;padding:20px 24px 60px}h1{font-size:22px;margin:0 0 2px}
+h2{font-size:17px;margin:28px 0 10px;border-bottom:1px solid #d8dce3}h3{font-size:14px;margin:16px 0 6px}
+.sub,.note{color:#5b6475;word-break:break-all}.warn{background:#fdecea;border:1px solid #e3a39b;color:#7a1c12;
+padding:8px 12px;margin:6px 0;border-radius:4px}.cards,.grid{display:grid;grid-template-columns:repeat(4,1fr);gap:10px}
+.grid{grid-template-columns:1fr 1fr;gap:14px}.card,figure,details{background:#fff;border:1px solid #dde1e7;
+border-radius:6px}.card{padding:8px 12px}.card .k{color:#5b6475;font-size:12px}.card .v{font-size:19px;font-weight:600}
+figure{margin:0;padding:10px}figure.wide{grid-column:1/3}figcaption{font-size:12.5px;color:#3b4354}
+svg.chart{width:100%;height:auto;display:block}svg rect{fill:#3a7bd5}svg rect:hover{fill:#e07b00}
+svg .grid{stroke:#e3e6eb}svg text{font-size:11px;fill:#4a5263}svg .ytick,svg .hlabel{text-anchor:end}
+svg .xtick,svg .xlabel{text-anchor:middle}table{border-collapse:collapse;background:#fff;width:100%;font-size:12.5px}
 th,td{border:1px solid #e1e4ea;padding:3px 8px;text-align:left;vertical-align:top;word-break:break-all}
-table.kv th{width:30%;font-weight:500;color:#4a5263;word-break:normal}
-details{background:#fff;border:1px solid #dde1e7;border-radius:6px;margin:6px 0}
-summary{cursor:pointer;padding:6px 10px;font-weight:500}
-pre{margin:0;padding:8px 10px;white-space:pre-wrap;word-break:break-word;font:12px/1.5 ui-monospace,Menlo,Consolas,monospace;
-max-height:520px;overflow:auto;border-top:1px solid #eceef2}
-mark{background:#c9f0d2;color:#0b3d17}.conv{display:inline-block;width:100%;background:#eef1f6;color:#33418a;font-weight:600;margin:4px 0 2px}
-.note{color:#5b6475}
+table.kv th{width:30%;font-weight:500;color:#4a5263;word-break:normal}details{margin:6px 0}
+summary{cursor:pointer;padding:6px 10px;font-weight:500}pre{margin:0;padding:8px 10px;white-space:pre-wrap;
+word-break:break-word;font:12px/1.5 ui-monospace,monospace;max-height:520px;overflow:auto;border-top:1px solid #eceef2}
+mark{background:#c9f0d2;color:#0b3d17}.conv{display:inline-block;width:100%;background:#eef1f6;color:#33418a;
+font-weight:600;margin:4px 0 2px}
 """
 
 
-def render_report(path: Path, rows: int = 8, name_or_dir: str | None = None) -> str:
-    """The whole page. A tokenizer named explicitly must work; the manifest's one is optional."""
-    parquet = open_parquet(path)
-    manifest = manifest_beside(path)
-    stats = row_stats(parquet)
-    tokenizer, note = None, ""
-    if rows:
-        try:
-            from .render import load_tokenizer
+def _viewer_tokenizer(path: Path, name_or_dir: str | None, manifest: dict | None):
+    """(tokenizer or None, a note for the page). A tokenizer named explicitly must load; the pinned one may miss."""
+    from .render import load_tokenizer
 
-            directory = tokenizer_dir(path, name_or_dir, manifest)
-            tokenizer = load_tokenizer(directory)
-            note = (f"Decoded with the tokenizer in {directory}. Supervised tokens (loss_mask = 1) are "
-                    "highlighted; a shaded ⟦conversation-id⟧ line marks where each conversation segment starts.")
-        except BuildError as exc:
-            if name_or_dir is not None:
-                raise
-            note = f"Token ids shown, not text: {exc}. Supervised tokens are highlighted."
+    try:
+        directory = tokenizer_dir(path, name_or_dir, manifest)
+        return load_tokenizer(directory), (f"Decoded with the tokenizer in {directory}. Supervised tokens "
+                                           "(loss_mask = 1) are highlighted; a shaded ⟦conversation-id⟧ line "
+                                           "marks where each conversation segment starts.")
+    except BuildError as exc:
+        if name_or_dir is not None:
+            raise
+        return None, f"Token ids shown, not text: {exc}. Supervised tokens are highlighted."
+
+
+def render_report(path: Path, rows: int = 8, name_or_dir: str | None = None) -> str:
+    """The whole page, as one string."""
+    parquet, manifest = open_parquet(path), manifest_beside(path)
+    stats = row_stats(parquet)
+    shown = min(rows, len(stats.tokens))
+    rows_html = viewer(parquet, shown, *_viewer_tokenizer(path, name_or_dir, manifest)) if shown else ""
     name = (manifest or {}).get("name") or path.name.removesuffix(".parquet")
-    row_tokens = int((manifest or {}).get("output", {}).get("row_tokens") or stats.tokens.max(initial=0))
+    row_tokens = int(((manifest or {}).get("output") or {}).get("row_tokens") or stats.tokens.max(initial=0))
     warnings = "".join(f'<div class="warn">{html.escape(w)}</div>' for w in checks(path, stats, manifest))
+    # the per-row figures, machine-readable (numbers only, so nothing in them needs escaping)
     data = json.dumps({"supervised": stats.supervised.tolist(), "conversation_segments": stats.segments.tolist()},
                       separators=(",", ":"))
-    return (f'<!doctype html><html lang="en"><head><meta charset="utf-8">'
-            f'<meta name="viewport" content="width=device-width,initial-scale=1">'
-            f"<title>{html.escape(name)}: databuild report</title><style>{CSS}</style></head><body><main>"
-            f"<h1>{html.escape(name)}</h1><p class=\"sub\">{html.escape(str(path))}</p>{warnings}"
-            f"{summary(path, stats, manifest)}<h2>Charts</h2>{charts(stats, manifest, row_tokens)}"
-            f"<h2>First {min(rows, len(stats.tokens))} rows</h2>"
-            f"{viewer(parquet, rows, tokenizer, note) if rows else ''}<h2>Pins</h2>{pins(manifest)}"
-            f'<script type="application/json" id="row-stats">{data}</script></main></body></html>\n')
+    return (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" '
+            f'content="width=device-width,initial-scale=1"><title>{html.escape(name)}: databuild report</title>'
+            f'<style>{CSS}</style></head><body><main><h1>{html.escape(name)}</h1><p class="sub">'
+            f'{html.escape(str(path))}</p>{warnings}{summary(path, stats, manifest)}<h2>Charts</h2>'
+            f"{charts(stats, manifest, row_tokens)}<h2>First {shown} rows</h2>{rows_html}<h2>Pins</h2>"
+            f'{pins(manifest)}<script type="application/json" id="row-stats">{data}</script></main></body></html>\n')

@@ -62,6 +62,11 @@ def test_show_plain_output_has_no_ansi(built):
     assert result.exit_code == 0 and "\x1b" not in result.output
 
 
+def test_show_colour_on_request(built):
+    result = run("show", built[0], "--row", 2, "--color", "always")
+    assert result.exit_code == 0 and "\x1b[32m" in result.stdout and "[[" not in result.stdout
+
+
 def test_show_supervised_runs_end_in_closings(built):
     parquet, _, table = built
     closings = [run_ for row in range(3) for run_ in supervised_runs(run("show", parquet, "--row", row).stdout)]
@@ -130,6 +135,7 @@ def test_report_per_row_figures_match_the_parquet(built, page):
     assert data["supervised"] == [int(np.count_nonzero(m)) for m in masks]
     assert data["conversation_segments"] == [len(s) for s in table.column("seq_start_id").to_pylist()]
     assert f"row 3: {data['supervised'][3]:,} supervised of 512" in page
+    assert f"min {min(data['supervised']):,}, max {max(data['supervised']):,}" in page
     assert page.count("<details") == 8 and "<mark>" in page and "&lt;|return|&gt;" in page
 
 
