@@ -15,6 +15,8 @@ from itertools import islice
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+import numpy as np
+
 from tqdm import tqdm
 
 from .config import BuildConfig
@@ -27,7 +29,7 @@ from .pack import PackStats, pack_rows
 from .permute import permutation
 from .render import Renderer, load_tokenizer
 from .source import Conversation, Malformed, find_malformed, read_in_order
-from .write import partial_path, publish, write_rows
+from .write import WRITER_OPTIONS, partial_path, publish, rows_per_group, write_rows
 
 DEFAULT_BATCH = 256
 DEFAULT_WINDOW = 65536
@@ -68,21 +70,42 @@ def _check_malformed(config: BuildConfig, found: list[Malformed]) -> dict[int, M
     return {m.index: m for m in found}
 
 
-def make(config: BuildConfig, out_dir: Path, *, offline: bool = False, workers: int = 1,
-         batch_size: int = DEFAULT_BATCH, window: int = DEFAULT_WINDOW, progress: bool | None = None,
-         executor: str = "local", ray_address: str | None = None) -> BuildResult:
-    started = time.perf_counter()
+@dataclass(frozen=True)
+class Prepared:
+    """Everything checked and loaded before the first row: what every executor streams from."""
+    config: BuildConfig
+    inputs: ResolvedInputs
+    separator: str
+    separator_id: int
+    malformed: dict[int, Malformed]
+    order: np.ndarray
+    encoder: Encoder
+
+    def conversations(self, window: int, skipped: list[Malformed]) -> Iterator[Conversation]:
+        """The stream in permutation order, malformed conversations skipped into `skipped`."""
+        files = list(self.inputs.source_files)
+        return _without_malformed(read_in_order(files, self.order, window), self.malformed, skipped)
+
+
+def prepare(config: BuildConfig, offline: bool = False) -> Prepared:
     inputs = resolve_inputs(config, offline=offline)
     tokenizer = load_tokenizer(inputs.tokenizer_dir)
     separator, sep_id = separator_id(tokenizer, config)
     malformed = _check_malformed(config, find_malformed(list(inputs.source_files)))
-    n = sum(f.rows for f in inputs.source_files)
-    order = permutation(n, config.seed)
-
-    final = Path(out_dir) / f"{config.name}.parquet"
+    order = permutation(sum(f.rows for f in inputs.source_files), config.seed)
     encoder = Encoder(tokenizer, Renderer.for_tokenizer(tokenizer, config.template_kwargs_dict), config.loss_mask)
+    return Prepared(config, inputs, separator, sep_id, malformed, order, encoder)
+
+
+def make(config: BuildConfig, out_dir: Path, *, offline: bool = False, workers: int = 1,
+         batch_size: int = DEFAULT_BATCH, window: int = DEFAULT_WINDOW, progress: bool | None = None,
+         executor: str = "local", ray_address: str | None = None) -> BuildResult:
+    started = time.perf_counter()
+    prepared = prepare(config, offline)
+    inputs, encoder, sep_id = prepared.inputs, prepared.encoder, prepared.separator_id
+    final = Path(out_dir) / f"{config.name}.parquet"
     stats, skipped, hasher = PackStats(), [], RowsHasher()
-    conversations = _without_malformed(read_in_order(list(inputs.source_files), order, window), malformed, skipped)
+    conversations = prepared.conversations(window, skipped)
     if executor == "ray":
         from .ray_executor import ray_encode_stream
 
@@ -102,7 +125,8 @@ def make(config: BuildConfig, out_dir: Path, *, offline: bool = False, workers: 
                          f"({stats.conversations_read} conversations, {stats.rows_skipped_unsupervised} rows "
                          "skipped without targets)")
     parquet_sha256, parquet_bytes = file_sha256(partial)
-    manifest = build_manifest(config, inputs, separator, sep_id, stats, skipped, list(malformed.values()),
+    manifest = build_manifest(config, inputs, prepared.separator, sep_id, stats, skipped,
+                              list(prepared.malformed.values()),
                               hasher.hexdigest(), hasher.row_digests, parquet_sha256, parquet_bytes, final.name)
     manifest_file = manifest_path(final)
     manifest_file.unlink(missing_ok=True)
@@ -115,8 +139,6 @@ def build_manifest(config: BuildConfig, inputs: ResolvedInputs, separator: str, 
                    skipped: list[Malformed], malformed: list[Malformed], rows_sha256: str, row_digests: list[str],
                    parquet_sha256: str,
                    parquet_bytes: int, file_name: str) -> dict[str, Any]:
-    from .write import WRITER_OPTIONS, rows_per_group
-
     total = stats.tokens_kept
     return {
         "format": FORMAT,

@@ -85,7 +85,8 @@ def _overrides(config, dataset_dir, tokenizer_dir):
               help="Conversations per tokenizer batch; the output does not depend on it.")
 @click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
               help="Where render+tokenize+mask runs: local processes, or Ray (pip install 'databuild[ray]').")
-@click.option("--ray-address", help="Address of an existing Ray cluster (default: start a local one).")
+@click.option("--ray-address", help="Address of an existing Ray cluster, e.g. 'auto' on a cluster node "
+                                    "(default: start a private local instance).")
 @click.option("--recipe", type=click.Path(dir_okay=False, exists=True, path_type=Path),
               help="A recipe YAML whose workload.dataset block receives the results once the file verifies.")
 @one_line_errors

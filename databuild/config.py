@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -64,11 +64,10 @@ class BuildConfig:
         """A copy with source/tokenizer directories replaced (the CLI's air-gapped overrides)."""
         source, tokenizer = self.source, self.tokenizer
         if changes.get("dataset_dir") is not None:
-            source = SourceSpec(source.repo, source.revision, source.split, Path(changes["dataset_dir"]))
+            source = replace(source, dir=Path(changes["dataset_dir"]).resolve())
         if changes.get("tokenizer_dir") is not None:
-            tokenizer = TokenizerSpec(tokenizer.repo, tokenizer.revision, tokenizer.sha256,
-                                      Path(changes["tokenizer_dir"]))
-        return BuildConfig(**{**self.__dict__, "source": source, "tokenizer": tokenizer})
+            tokenizer = replace(tokenizer, dir=Path(changes["tokenizer_dir"]).resolve())
+        return replace(self, source=source, tokenizer=tokenizer)
 
 
 def _fail(where: str, key: str, value: Any, why: str) -> BuildError:

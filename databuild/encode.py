@@ -69,7 +69,7 @@ class Encoder:
         return out
 
 
-def _batches(items: Iterable[Conversation], size: int) -> Iterator[list[Conversation]]:
+def batches(items: Iterable[Conversation], size: int) -> Iterator[list[Conversation]]:
     iterator = iter(items)
     while batch := list(islice(iterator, size)):
         yield batch
@@ -79,7 +79,7 @@ def encode_stream(conversations: Iterable[Conversation], encoder: Encoder, batch
                   workers: int = 1) -> Iterator[TokenizedConversation]:
     """Tokenized conversations in input order. At most 2*workers batches are in flight (bounded memory)."""
     if workers <= 1:
-        for batch in _batches(conversations, batch_size):
+        for batch in batches(conversations, batch_size):
             yield from encoder.encode_batch(batch)
         return
     # spawn, not fork: the tokenizer's Rust thread pool does not survive a fork.
@@ -89,7 +89,7 @@ def encode_stream(conversations: Iterable[Conversation], encoder: Encoder, batch
     try:
         with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
             pending: deque = deque()
-            for batch in _batches(conversations, batch_size):
+            for batch in batches(conversations, batch_size):
                 pending.append(pool.submit(encoder.encode_batch, batch))
                 if len(pending) >= 2 * workers:
                     yield from pending.popleft().result()

@@ -10,9 +10,11 @@ one `ray.put`), not once per batch. Batch k goes to actor k % workers; an actor 
 the order they were submitted; the driver yields batch k before it submits batch k + 2*workers. So
 at most 2*workers batches are in flight and the driver holds the window, never the dataset.
 
-Ray Data is not used: its sources are files or in-memory collections (`from_items` takes the whole
-list), not a driver-side generator, and its map_batches with actors is this same actor pool with
-an order-preserving mode and extra machinery around it.
+Ray Data is not used. Its inputs are files read by the workers or collections already in memory
+(`from_items` takes the whole list); ours is a generator on the driver (the permutation-order window
+reader, with the malformed conversations taken out), and the source files need not be on the
+workers at all. Ray Data's `map_batches` over an actor pool would add an order-preserving streaming
+executor around the same pool, with nothing to stream from.
 """
 
 from __future__ import annotations
@@ -22,13 +24,13 @@ import os
 from collections import deque
 from typing import Iterable, Iterator
 
-from .encode import Encoder, TokenizedConversation, _batches
+from .encode import Encoder, TokenizedConversation, batches
 from .errors import BuildError
 from .manifest import library_versions
 from .source import Conversation
 
-# One task per core: the tokenizer's Rust pool stays single-threaded inside each actor, and
-# TOKENIZERS_PARALLELISM set explicitly keeps tokenizers from warning about forks.
+# One core per worker: each actor reserves one CPU and its tokenizer uses one thread (no Rust pool
+# of its own: RAYON_NUM_THREADS=1); TOKENIZERS_PARALLELISM set explicitly never warns about forks.
 WORKER_ENV = {"RAYON_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
@@ -58,23 +60,34 @@ def _connect(ray, address: str | None, workers: int) -> bool:
     if ray.is_initialized():
         return False
     quiet = {"log_to_driver": False, "logging_level": logging.WARNING}
+    # Ray turns token authentication on for a new local instance, and for `auto` when a token is
+    # present, with a warning that says so at every build: the behaviour is kept, the warning muted.
+    auth = logging.getLogger("ray._private.authentication.authentication_token_setup")
+    level = auth.level
+    auth.setLevel(logging.ERROR)
     try:
         if address:
             ray.init(address=address, **quiet)
         else:
-            # A new local instance gets token authentication by default, with a warning saying so
-            # on every build: the behaviour is kept, the warning silenced.
-            auth = logging.getLogger("ray._private.authentication.authentication_token_setup")
-            level = auth.level
-            auth.setLevel(logging.ERROR)
-            try:
-                ray.init(num_cpus=workers or os.cpu_count(), include_dashboard=False, **quiet)
-            finally:
-                auth.setLevel(level)
+            # "local": a new instance even when RAY_ADDRESS or a `ray start` on this machine
+            # (/tmp/ray/ray_current_cluster, stale or not) would make plain ray.init() connect.
+            ray.init(address="local", num_cpus=workers, include_dashboard=False, **quiet)
     except (ConnectionError, RuntimeError, ValueError) as exc:
-        where = f"the Ray cluster at {address}" if address else "a local Ray instance"
-        raise BuildError(f"cannot start or reach {where}: {exc}".replace("\n", " ")) from None
+        if not address:
+            raise BuildError(f"cannot start a local Ray instance: {exc}".replace("\n", " ")) from None
+        hint = ("" if os.environ.get("RAY_AUTH_MODE") else
+                " (a cluster with token authentication needs RAY_AUTH_MODE=token and its token)")
+        raise BuildError(f"cannot reach the Ray cluster at {address}: {exc}{hint}".replace("\n", " ")) from None
+    finally:
+        auth.setLevel(level)
     return True
+
+
+def _check_cpus(ray, workers: int) -> None:
+    """Each worker reserves one CPU: more workers than the cluster has CPUs would wait forever."""
+    cpus = ray.cluster_resources().get("CPU", 0)
+    if workers > cpus:
+        raise BuildError(f"{workers} workers need {workers} CPUs of the Ray cluster (one each); it has {cpus:g}")
 
 
 def _check_versions(ray, actors) -> None:
@@ -90,15 +103,23 @@ def _check_versions(ray, actors) -> None:
 
 def ray_encode_stream(conversations: Iterable[Conversation], encoder: Encoder, batch_size: int,
                       workers: int, address: str | None) -> Iterator[TokenizedConversation]:
-    """Tokenized conversations in input order, encoded by `workers` Ray actors; <= 2*workers batches in flight."""
-    ray = _import_ray()
-    workers = max(1, workers or 1)
+    """Tokenized conversations in input order, encoded by `workers` Ray actors; <= 2*workers batches in flight.
+
+    A missing ray fails here, at the call; Ray is reached at the first result and left (shut down if
+    this started it, else only our actors killed) when the generator ends or is closed.
+    """
+    return _stream(_import_ray(), conversations, encoder, batch_size, max(1, workers or 1), address)
+
+
+def _stream(ray, conversations: Iterable[Conversation], encoder: Encoder, batch_size: int, workers: int,
+            address: str | None) -> Iterator[TokenizedConversation]:
     started = _connect(ray, address, workers)
     actors, pending = [], deque()
     try:
         from ray.exceptions import RayTaskError
 
         remote = ray.remote(num_cpus=1, runtime_env={"env_vars": WORKER_ENV})(_EncodeWorker)
+        _check_cpus(ray, workers)
         encoder_ref = ray.put(encoder)
         actors = [remote.remote(encoder_ref) for _ in range(workers)]
         _check_versions(ray, actors)
@@ -113,7 +134,7 @@ def ray_encode_stream(conversations: Iterable[Conversation], encoder: Encoder, b
                     raise exc.cause from None
                 raise
 
-        for number, batch in enumerate(_batches(conversations, batch_size)):
+        for number, batch in enumerate(batches(conversations, batch_size)):
             pending.append(actors[number % workers].encode_batch.remote(batch))
             if len(pending) >= 2 * workers:
                 yield from next_results()

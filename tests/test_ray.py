@@ -10,15 +10,12 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from databuild.build import _check_malformed, _without_malformed, make  # noqa: E402
+from databuild.build import make, prepare  # noqa: E402
 from databuild.config import resolve_config  # noqa: E402
 from databuild.encode import Encoder, encode_stream  # noqa: E402
 from databuild.errors import BuildError  # noqa: E402
-from databuild.inputs import resolve_inputs  # noqa: E402
-from databuild.permute import permutation  # noqa: E402
 from databuild.ray_executor import _connect, ray_encode_stream  # noqa: E402
-from databuild.render import Renderer, load_tokenizer  # noqa: E402
-from databuild.source import find_malformed, read_in_order  # noqa: E402
+from databuild.render import Renderer  # noqa: E402
 
 TINY = "muse-spark-tiny-fixed512-v1"
 RAY_CPUS = 2
@@ -26,17 +23,12 @@ RAY_CPUS = 2
 
 def _tiny_stream():
     """The tiny config's Encoder and a fresh generator of its conversations, as `make` builds them."""
-    config = resolve_config(TINY)
-    inputs = resolve_inputs(config, offline=True)
-    tokenizer = load_tokenizer(inputs.tokenizer_dir)
-    encoder = Encoder(tokenizer, Renderer.for_tokenizer(tokenizer, config.template_kwargs_dict), config.loss_mask)
-    malformed = _check_malformed(config, find_malformed(list(inputs.source_files)))
-    order = permutation(sum(f.rows for f in inputs.source_files), config.seed)
+    prepared = prepare(resolve_config(TINY), offline=True)
 
     def conversations():
-        return _without_malformed(read_in_order(list(inputs.source_files), order, 65536), malformed, [])
+        return prepared.conversations(65536, [])
 
-    return encoder, conversations
+    return prepared.encoder, conversations
 
 
 def test_starts_and_shuts_down_its_own_ray():
@@ -57,13 +49,9 @@ def ray_instance():
         ray.shutdown()
 
 
-@pytest.fixture(scope="module")
-def local_build(tmp_path_factory):
-    return make(resolve_config(TINY), tmp_path_factory.mktemp("local"), progress=False)
-
-
 @pytest.mark.parametrize("workers, batch_size", [(1, 256), (2, 7), (2, 33)])
-def test_ray_build_is_byte_identical_to_local(ray_instance, local_build, tmp_path, workers, batch_size):
+def test_ray_build_is_byte_identical_to_local(ray_instance, tiny_build, tmp_path, workers, batch_size):
+    local_build = tiny_build  # conftest: the tiny config built by the local executor, default settings
     result = make(resolve_config(TINY), tmp_path, progress=False, executor="ray", workers=workers,
                   batch_size=batch_size)
     ours, theirs = result.data["output"], local_build.data["output"]
@@ -109,8 +97,26 @@ def test_a_worker_build_error_is_one_line(ray_instance):
     assert "\n" not in str(caught.value)
 
 
+def test_refuses_workers_with_other_libraries(ray_instance, monkeypatch):
+    import databuild.ray_executor as executor
+
+    encoder, conversations = _tiny_stream()
+    here = {**executor.library_versions(), "tokenizers": "0.0.1"}
+    monkeypatch.setattr(executor, "library_versions", lambda: here)  # the driver's view only
+    with pytest.raises(BuildError, match=r"libraries differ .*tokenizers .* on a worker, 0\.0\.1 here"):
+        next(ray_encode_stream(conversations(), encoder, 16, 1, None))
+
+
+def test_refuses_more_workers_than_cpus(ray_instance):
+    encoder, conversations = _tiny_stream()
+    cpus = int(ray.cluster_resources()["CPU"])
+    with pytest.raises(BuildError, match=rf"^{cpus + 1} workers need {cpus + 1} CPUs .* it has {cpus}$"):
+        next(ray_encode_stream(conversations(), encoder, 16, cpus + 1, None))
+    assert ray.is_initialized()
+
+
 def test_without_ray_installed(monkeypatch):
     encoder, conversations = _tiny_stream()
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` now raises ImportError
     with pytest.raises(BuildError, match=r"^the ray executor needs the extra: pip install 'databuild\[ray\]'$"):
-        next(ray_encode_stream(conversations(), encoder, 16, 1, None))
+        ray_encode_stream(conversations(), encoder, 16, 1, None)  # at the call, before any result
