@@ -8,6 +8,7 @@ it does not match.
 
 from __future__ import annotations
 
+import tempfile
 import time
 from contextlib import closing
 from dataclasses import dataclass
@@ -15,7 +16,6 @@ from itertools import islice
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-import numpy as np
 
 from tqdm import tqdm
 
@@ -28,11 +28,11 @@ from .manifest import FORMAT, library_versions, manifest_path, write_manifest
 from .pack import PackStats, pack_rows
 from .permute import permutation
 from .render import Renderer, load_tokenizer
-from .source import Conversation, Malformed, find_malformed, read_in_order
+from .source import Conversation, Malformed, read_in_order, spill_in_order
 from .write import WRITER_OPTIONS, partial_path, publish, rows_per_group, write_rows
 
 DEFAULT_BATCH = 256
-DEFAULT_WINDOW = 65536
+DEFAULT_WINDOW = 8192  # conversations per spilled bucket: the memory bound of the source stage
 
 
 @dataclass(frozen=True)
@@ -70,42 +70,64 @@ def _check_malformed(config: BuildConfig, found: list[Malformed]) -> dict[int, M
     return {m.index: m for m in found}
 
 
-@dataclass(frozen=True)
+@dataclass
 class Prepared:
-    """Everything checked and loaded before the first row: what every executor streams from."""
+    """Everything checked and loaded before the first row: what every executor streams from.
+
+    A context manager: the source's spilled buckets live in a temporary directory until it exits.
+    """
     config: BuildConfig
     inputs: ResolvedInputs
     separator: str
     separator_id: int
     malformed: dict[int, Malformed]
-    order: np.ndarray
     encoder: Encoder
+    spill: tempfile.TemporaryDirectory
+    buckets: int
 
-    def conversations(self, window: int, skipped: list[Malformed]) -> Iterator[Conversation]:
+    def conversations(self, skipped: list[Malformed]) -> Iterator[Conversation]:
         """The stream in permutation order, malformed conversations skipped into `skipped`."""
-        files = list(self.inputs.source_files)
-        return _without_malformed(read_in_order(files, self.order, window), self.malformed, skipped)
+        return _without_malformed(read_in_order(Path(self.spill.name), self.buckets), self.malformed, skipped)
+
+    def __enter__(self) -> Prepared:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.spill.cleanup()
 
 
-def prepare(config: BuildConfig, offline: bool = False) -> Prepared:
+def prepare(config: BuildConfig, offline: bool = False, window: int = DEFAULT_WINDOW) -> Prepared:
+    """Resolve and check the inputs, load the tokenizer, and make the one pass over the source that
+    checks every conversation and spills it by stream position (nothing is rendered before this)."""
     inputs = resolve_inputs(config, offline=offline)
     tokenizer = load_tokenizer(inputs.tokenizer_dir)
     separator, sep_id = separator_id(tokenizer, config)
-    malformed = _check_malformed(config, find_malformed(list(inputs.source_files)))
     order = permutation(sum(f.rows for f in inputs.source_files), config.seed)
+    spill = tempfile.TemporaryDirectory(prefix="databuild-")
+    try:
+        found, buckets = spill_in_order(list(inputs.source_files), order, window, Path(spill.name))
+        malformed = _check_malformed(config, found)
+    except BaseException:
+        spill.cleanup()
+        raise
     encoder = Encoder(tokenizer, Renderer.for_tokenizer(tokenizer, config.template_kwargs_dict), config.loss_mask)
-    return Prepared(config, inputs, separator, sep_id, malformed, order, encoder)
+    return Prepared(config, inputs, separator, sep_id, malformed, encoder, spill, buckets)
 
 
 def make(config: BuildConfig, out_dir: Path, *, offline: bool = False, workers: int = 1,
          batch_size: int = DEFAULT_BATCH, window: int = DEFAULT_WINDOW, progress: bool | None = None,
          executor: str = "local", ray_address: str | None = None) -> BuildResult:
     started = time.perf_counter()
-    prepared = prepare(config, offline)
-    inputs, encoder, sep_id = prepared.inputs, prepared.encoder, prepared.separator_id
-    final = Path(out_dir) / f"{config.name}.parquet"
+    with prepare(config, offline, window) as prepared:
+        return _make(prepared, Path(out_dir), workers, batch_size, progress, executor, ray_address, started)
+
+
+def _make(prepared: Prepared, out_dir: Path, workers: int, batch_size: int, progress: bool | None,
+          executor: str, ray_address: str | None, started: float) -> BuildResult:
+    config, inputs, encoder, sep_id = prepared.config, prepared.inputs, prepared.encoder, prepared.separator_id
+    final = out_dir / f"{config.name}.parquet"
     stats, skipped, hasher = PackStats(), [], RowsHasher()
-    conversations = prepared.conversations(window, skipped)
+    conversations = prepared.conversations(skipped)
     if executor == "ray":
         from .ray_executor import ray_encode_stream
 

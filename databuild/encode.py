@@ -10,14 +10,14 @@ from __future__ import annotations
 import multiprocessing
 import os
 from collections import deque
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import islice
 from typing import Iterable, Iterator
 
 import numpy as np
 
-from .masks import STRATEGIES, TokenView, place_assistant_contents, spans_to_mask
+from .masks import STRATEGIES, place_assistant_contents, spans_to_mask
 from .render import Renderer
 from .source import Conversation
 
@@ -52,21 +52,28 @@ class Encoder:
         self.__dict__.update(state)
         self._backend = Tokenizer.from_str(self.backend_json)
 
-    def encode_batch(self, batch: list[Conversation]) -> list[TokenizedConversation]:
-        texts = [self.renderer.render(c.messages) for c in batch]
-        encodings = self._backend.encode_batch(texts, add_special_tokens=False)
+    def render(self, batch: list[Conversation]) -> list[str]:
+        return [self.renderer.render(c.messages) for c in batch]
+
+    def tokenize(self, texts: list[str]) -> list:
+        """The Rust part: runs on the tokenizer's threads with the GIL released."""
+        return self._backend.encode_batch(texts, add_special_tokens=False)
+
+    def finish(self, batch: list[Conversation], texts: list[str], encodings: list) -> list[TokenizedConversation]:
         strategy = STRATEGIES[self.loss_mask]
         out = []
         for conversation, text, encoding in zip(batch, texts, encodings):
-            ids = np.asarray(encoding.ids, dtype=np.int32)
-            offsets = np.asarray(encoding.offsets, dtype=np.int64).reshape(-1, 2)
-            view = TokenView(ids, offsets[:, 0], offsets[:, 1], self.special_tokens)
+            ids = np.fromiter(encoding.ids, dtype=np.int32)
             placed = place_assistant_contents(conversation.id, conversation.messages, text, self.renderer.render)
-            spans = strategy(conversation.id, conversation.messages, text, view, placed)
-            mask = spans_to_mask(spans, view.starts, view.ends)
+            spans = strategy(conversation.id, conversation.messages, text, placed, self.special_tokens)
+            mask = spans_to_mask(spans, encoding.char_to_token, len(ids))
             out.append(TokenizedConversation(conversation.position, conversation.index, conversation.id,
                                              conversation.source, ids, mask))
         return out
+
+    def encode_batch(self, batch: list[Conversation]) -> list[TokenizedConversation]:
+        texts = self.render(batch)
+        return self.finish(batch, texts, self.tokenize(texts))
 
 
 def batches(items: Iterable[Conversation], size: int) -> Iterator[list[Conversation]]:
@@ -75,12 +82,31 @@ def batches(items: Iterable[Conversation], size: int) -> Iterator[list[Conversat
         yield batch
 
 
+def _overlapped(conversations: Iterable[Conversation], encoder: Encoder,
+                batch_size: int) -> Iterator[TokenizedConversation]:
+    """One process: batch k+1 tokenizes on the Rust threads while Python masks batch k and the
+    caller packs and writes it, so the cores are not left idle while either side works."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pending: deque = deque()
+        for batch in batches(conversations, batch_size):
+            texts = encoder.render(batch)
+            pending.append((batch, texts, pool.submit(encoder.tokenize, texts)))
+            if len(pending) > 1:
+                yield from encoder.finish(*_ready(pending.popleft()))
+        while pending:
+            yield from encoder.finish(*_ready(pending.popleft()))
+
+
+def _ready(item):
+    batch, texts, future = item
+    return batch, texts, future.result()
+
+
 def encode_stream(conversations: Iterable[Conversation], encoder: Encoder, batch_size: int,
                   workers: int = 1) -> Iterator[TokenizedConversation]:
     """Tokenized conversations in input order. At most 2*workers batches are in flight (bounded memory)."""
     if workers <= 1:
-        for batch in batches(conversations, batch_size):
-            yield from encoder.encode_batch(batch)
+        yield from _overlapped(conversations, encoder, batch_size)
         return
     # spawn, not fork: the tokenizer's Rust thread pool does not survive a fork.
     context = multiprocessing.get_context("spawn")

@@ -17,7 +17,6 @@ Empty assistant content supervises nothing: the turn stays in the stream, unsupe
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -28,15 +27,6 @@ Spans = list[tuple[int, int]]
 Placed = list[tuple[int, int, int]]  # (message index, start, end) of each non-empty assistant content
 MUSE_ASSISTANT_HEADER = "<|start|>assistant<|channel|>final<|message|>"
 SENTINEL = "\ue000{}\ue001"  # private-use characters: never written by a template
-
-
-@dataclass(frozen=True)
-class TokenView:
-    """What a strategy may look at besides the text: token starts/ends and the special tokens."""
-    ids: np.ndarray
-    starts: np.ndarray
-    ends: np.ndarray
-    special_tokens: tuple[str, ...]  # longest first
 
 
 class MaskError(BuildError):
@@ -86,17 +76,19 @@ def _leading_special(text: str, at: int, special_tokens: tuple[str, ...]) -> str
     return next((token for token in special_tokens if text.startswith(token, at)), None)
 
 
-def assistant_spans(conversation_id: str, messages, text: str, view: TokenView, placed: Placed) -> Spans:
+def assistant_spans(conversation_id: str, messages, text: str, placed: Placed,
+                    special_tokens: tuple[str, ...]) -> Spans:
     spans: Spans = []
     for index, start, end in placed:
-        closing = _leading_special(text, end, view.special_tokens)
+        closing = _leading_special(text, end, special_tokens)
         if closing is None:
             raise _fail(conversation_id, index, "no end-of-turn special token right after its content")
         spans.append((start, end + len(closing)))
     return spans
 
 
-def muse_spark_spans(conversation_id: str, messages, text: str, view: TokenView, placed: Placed) -> Spans:
+def muse_spark_spans(conversation_id: str, messages, text: str, placed: Placed,
+                     special_tokens: tuple[str, ...]) -> Spans:
     spans: Spans = []
     last = len(messages) - 1
     for index, start, end in placed:
@@ -115,18 +107,19 @@ STRATEGIES: dict[str, Callable[..., Spans]] = {
 }
 
 
-def spans_to_mask(spans: Spans, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """1 for every token whose [start, end) character range overlaps a span, else 0 (int8)."""
-    mask = np.zeros(len(starts), dtype=np.int8)
-    if not spans:
-        return mask
-    span_starts = np.fromiter((s for s, _ in spans), dtype=np.int64, count=len(spans))
-    span_ends = np.fromiter((e for _, e in spans), dtype=np.int64, count=len(spans))
-    # The last span starting before each token ends; the token overlaps it iff that span ends after
-    # the token starts. Spans are disjoint and sorted, so one searchsorted covers all tokens.
-    candidate = np.searchsorted(span_starts, ends, side="left") - 1
-    valid = candidate >= 0
-    overlaps = np.zeros(len(starts), dtype=bool)
-    overlaps[valid] = span_ends[candidate[valid]] > starts[valid]
-    mask[overlaps] = 1
+def spans_to_mask(spans: Spans, char_to_token: Callable[[int], int | None], n_tokens: int) -> np.ndarray:
+    """1 for every token whose character range overlaps a span, else 0 (int8).
+
+    The tokens overlapping [start, end) are the contiguous run from the token holding the first
+    character of the span that some token holds, to the token holding the last such character. Asking
+    the tokenizer's own char-to-token map at the span edges costs O(spans), where reading every
+    token's offsets back into Python would cost O(tokens).
+    """
+    mask = np.zeros(n_tokens, dtype=np.int8)
+    for start, end in spans:
+        first = next((t for c in range(start, end) if (t := char_to_token(c)) is not None), None)
+        if first is None:
+            continue
+        last = next(t for c in range(end - 1, start - 1, -1) if (t := char_to_token(c)) is not None)
+        mask[first:last + 1] = 1
     return mask

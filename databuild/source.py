@@ -1,7 +1,9 @@
 """Source stage: Tulu-schema parquet files, validated up front, read back in permutation order.
 
-The source is never held whole: conversations come back in windows of permutation positions,
-each window one streaming pass over the files that keeps only the rows whose positions fall in it.
+The source is never held whole. One streaming pass checks every row and spills it, by its stream
+position, into bucket files of `window` positions each (Arrow IPC in a temporary directory); the
+stream then reads the buckets back in order, one in memory at a time, sorted within. The window
+trades memory for the number of files; the stream does not depend on it.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Iterator
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.ipc  # noqa: F401  (pa.ipc)
 import pyarrow.parquet as pq
 
 from .errors import BuildError
@@ -130,56 +133,61 @@ def _malformed_rows(batch: pa.RecordBatch) -> dict[int, str]:
     return bad
 
 
-def find_malformed(files: list[SourceFile]) -> list[Malformed]:
-    """Every malformed conversation in the source, in source order, from one streaming pass."""
-    found = []
-    for file in files:
-        for offset, batch in _iter_batches(file):
-            bad = _malformed_rows(batch)
-            ids = batch.column("id")
-            for row in sorted(bad):
-                index = offset + row
-                found.append(Malformed(index, file.name, index - file.first_index,
-                                       ids[row].as_py() or "", bad[row]))
-    return found
+def spill_in_order(files: list[SourceFile], permutation: np.ndarray, window: int,
+                   directory: Path) -> tuple[list[Malformed], int]:
+    """The one pass over the source: check every row, and write each to the bucket file of its
+    stream position (bucket k holds positions [k*window, (k+1)*window)), in Arrow IPC under directory.
 
-
-def read_in_order(files: list[SourceFile], permutation: np.ndarray, window: int,
-                  stop_at: int | None = None) -> Iterator[Conversation]:
-    """Conversations in permutation order, one window of positions per pass over the files.
-
-    `window` only trades memory for passes; the order and content of what comes back do not
-    depend on it. `stop_at` ends the stream early (the caller may also just stop iterating).
+    Returns (every malformed conversation in source order, the number of buckets). One pass, whatever
+    the source's size; reading the stream back then holds one bucket in memory at a time.
     """
     positions_of = inverse_permutation(permutation)
-    total = len(permutation) if stop_at is None else min(stop_at, len(permutation))
-    for low in range(0, total, window):
-        high = min(low + window, total)
-        kept: list[pa.Table] = []
-        kept_positions: list[np.ndarray] = []
-        kept_indices: list[np.ndarray] = []
+    buckets = -(-len(permutation) // window)
+    writers: dict[int, pa.ipc.RecordBatchFileWriter] = {}
+    found: list[Malformed] = []
+    try:
         for file in files:
             for offset, batch in _iter_batches(file):
+                bad = _malformed_rows(batch)
+                for row in sorted(bad):
+                    found.append(Malformed(offset + row, file.name, offset + row - file.first_index,
+                                           batch.column("id")[row].as_py() or "", bad[row]))
                 indices = np.arange(offset, offset + batch.num_rows)
                 positions = positions_of[indices]
-                take = np.flatnonzero((positions >= low) & (positions < high))
-                if len(take):
-                    kept.append(pa.Table.from_batches([batch]).take(pa.array(take)))
-                    kept_positions.append(positions[take])
-                    kept_indices.append(indices[take])
-        if not kept:
+                batch = pa.RecordBatch.from_arrays(
+                    [batch.column(c) for c in COLUMNS] + [pa.array(positions), pa.array(indices)],
+                    names=COLUMNS + ["position", "index"])
+                bucket_of = positions // window
+                order = np.argsort(bucket_of, kind="stable")
+                grouped = batch.take(pa.array(order))
+                cuts = np.flatnonzero(np.diff(bucket_of[order])) + 1
+                for low, high in zip(np.concatenate([[0], cuts]), np.concatenate([cuts, [len(order)]])):
+                    bucket = int(bucket_of[order[low]])
+                    if bucket not in writers:
+                        writers[bucket] = pa.ipc.new_file(directory / f"bucket-{bucket:06d}.arrow", grouped.schema)
+                    writers[bucket].write_batch(grouped.slice(low, high - low))
+    finally:
+        for writer in writers.values():
+            writer.close()
+    return found, buckets
+
+
+def read_in_order(directory: Path, buckets: int) -> Iterator[Conversation]:
+    """Conversations in permutation order, from the buckets spill_in_order wrote."""
+    for bucket in range(buckets):
+        path = directory / f"bucket-{bucket:06d}.arrow"
+        if not path.exists():
             continue
-        table = pa.concat_tables(kept)
-        positions = np.concatenate(kept_positions)
-        indices = np.concatenate(kept_indices)
-        order = np.argsort(positions, kind="stable")
-        table = table.take(pa.array(order))
-        for start in range(0, table.num_rows, READ_BATCH_ROWS):
-            chunk = table.slice(start, READ_BATCH_ROWS).to_pylist()
-            for offset, row in enumerate(chunk):
-                k = order[start + offset]
-                yield Conversation(
-                    position=int(positions[k]), index=int(indices[k]), id=row["id"] or "",
-                    source=row["source"] or "",
-                    messages=tuple((m["role"], m["content"]) for m in row["messages"] or ()),
-                )
+        with pa.memory_map(str(path)) as source:
+            table = pa.ipc.open_file(source).read_all()
+        positions = table.column("position").to_numpy()
+        indices = table.column("index").to_numpy()
+        rows = table.select(COLUMNS).to_pylist()
+        del table
+        for k in np.argsort(positions, kind="stable"):
+            row = rows[k]
+            yield Conversation(
+                position=int(positions[k]), index=int(indices[k]), id=row["id"] or "",
+                source=row["source"] or "",
+                messages=tuple((m["role"], m["content"]) for m in row["messages"] or ()),
+            )

@@ -46,15 +46,15 @@ def still_the_previous_build(out, tiny_build):
 
 def test_exception_after_k_batches(tiny_config, tiny_build, previous, tmp_path, monkeypatch):
     calls = {"n": 0}
-    original = Encoder.encode_batch
+    original = Encoder.finish
 
-    def failing(self, batch):
+    def failing(self, *args):
         calls["n"] += 1
         if calls["n"] == 3:
             raise RuntimeError("injected failure in batch 3")
-        return original(self, batch)
+        return original(self, *args)
 
-    monkeypatch.setattr(Encoder, "encode_batch", failing)
+    monkeypatch.setattr(Encoder, "finish", failing)
     for out in (tmp_path / "fresh", previous):
         calls["n"] = 0
         with pytest.raises(RuntimeError, match="injected"):

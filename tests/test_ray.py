@@ -26,7 +26,7 @@ def _tiny_stream():
     prepared = prepare(resolve_config(TINY), offline=True)
 
     def conversations():
-        return prepared.conversations(65536, [])
+        return prepared.conversations([])
 
     return prepared.encoder, conversations
 
