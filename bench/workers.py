@@ -18,6 +18,7 @@ import json
 import os
 import resource
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -35,19 +36,95 @@ PHI3_ASSISTANT_GENERATION = ("{{'<|assistant|>\n'}}{% generation %}{{message['co
                              "{% endgeneration %}{{'\n'}}")
 
 
-def peak_rss_mib() -> dict[str, float]:
-    """This process's peak RSS, and the largest of its finished children's (spawned build workers)."""
-    hwm = None
+def peak_rss_mib() -> float:
+    """This process's peak RSS (VmHWM; ru_maxrss where /proc is missing)."""
     try:
         for line in Path("/proc/self/status").read_text().splitlines():
             if line.startswith("VmHWM:"):
-                hwm = int(line.split()[1]) / 1024
+                return round(int(line.split()[1]) / 1024, 1)
     except OSError:
         pass
-    if hwm is None:  # ru_maxrss is KiB on Linux
-        hwm = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    return {"self": round(hwm, 1), "children": round(children, 1)}
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # KiB on Linux
+
+
+class TreePeak(threading.Thread):
+    """The largest sum of RSS over this process and its descendants, sampled every 0.1 s.
+
+    For builds with --workers > 1. RUSAGE_CHILDREN cannot stand in: a spawned child inherits its
+    parent's RSS high-water mark from the fork that precedes its exec, so it reports the parent's
+    size, not the worker's."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.peak_kib, self._done = 0, threading.Event()
+
+    def run(self) -> None:
+        while not self._done.wait(0.1):
+            self.peak_kib = max(self.peak_kib, sum(_rss_kib(pid) for pid in _tree(os.getpid())))
+
+    def stop(self) -> float:
+        self._done.set()
+        self.join()
+        return round(self.peak_kib / 1024, 1)
+
+
+def _tree(root: int) -> list[int]:
+    parents: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo += parents.get(pid, [])
+    return found
+
+
+def _rss_kib(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def _cpu_seconds() -> float:
+    """CPU time of this process (all its threads) and of its finished children."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def _machine_busy_seconds() -> float:
+    """CPU time every process on the machine has used since boot (/proc/stat, all cores)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = fields[:8]
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+class Load:
+    """CPU this path used over a region, and what the rest of the machine used meanwhile.
+
+    The machine may be shared: another process busy on one of 2 cores halves a parallel path's
+    throughput. `other_cores` (other processes' CPU seconds per wall second) says how far to
+    trust a figure; `cpu_seconds` gives a contention-independent cost alongside the wall time.
+    """
+
+    def __enter__(self):
+        self.wall, self.cpu, self.busy = time.perf_counter(), _cpu_seconds(), _machine_busy_seconds()
+        return self
+
+    def __exit__(self, *exc):
+        wall = time.perf_counter() - self.wall
+        self.cpu_seconds = _cpu_seconds() - self.cpu
+        other = _machine_busy_seconds() - self.busy - self.cpu_seconds
+        self.figures = {"cpu_seconds": round(self.cpu_seconds, 2),
+                        "other_cores": round(max(other, 0.0) / wall, 2) if wall else 0.0}
 
 
 def load_tokenizer(directory: str):
@@ -59,11 +136,24 @@ def load_tokenizer(directory: str):
 
 
 def conversations_in_order(corpus: str, seed: int, count: int) -> list[list[dict[str, str]]]:
-    """The first `count` conversations of the build's stream: its permutation, its file order."""
+    """The first `count` conversations of the build's stream: its permutation, its file order.
+
+    One file in memory at a time, so a path's peak RSS reflects what it processes, not the corpus."""
     paths = sorted((Path(corpus) / "data").glob("train-*.parquet"))
-    table = pa.concat_tables([pq.read_table(p, columns=["messages"]) for p in paths])
-    order = np.random.default_rng(seed).permutation(table.num_rows)[:count]
-    return table.take(pa.array(order)).column("messages").to_pylist()
+    sizes = [pq.ParquetFile(p).metadata.num_rows for p in paths]
+    wanted = np.random.default_rng(seed).permutation(sum(sizes))[:count]
+    position_of = {int(index): position for position, index in enumerate(wanted)}
+    found: dict[int, list] = {}
+    first = 0
+    for path, size in zip(paths, sizes):
+        rows = np.flatnonzero((wanted >= first) & (wanted < first + size))
+        if len(rows):
+            indices = np.sort(wanted[rows])
+            messages = pq.read_table(path, columns=["messages"]).column("messages")
+            for index, conversation in zip(indices, messages.take(pa.array(indices - first)).to_pylist()):
+                found[position_of[int(index)]] = conversation
+        first += size
+    return [found[position] for position in range(len(wanted))]
 
 
 def peer_template(tokenizer) -> str:
@@ -134,15 +224,21 @@ def run_floor(job: dict) -> dict:
     render_seconds = time.perf_counter() - started
     del conversations
     backend, size = tokenizer.backend_tokenizer, job["batch_size"]
-    tokens, seconds = 0, 0.0
-    for low in range(0, len(texts), size):
-        batch = texts[low:low + size]
-        started = time.perf_counter()
-        encodings = backend.encode_batch(batch, add_special_tokens=False)
-        seconds += time.perf_counter() - started
-        tokens += sum(len(e.ids) for e in encodings)
-    return {"conversations": len(texts), "tokens": tokens, "seconds": seconds,
-            "render_seconds": render_seconds}
+    tokens, seconds, release = 0, 0.0, 0.0
+    with Load() as load:
+        for low in range(0, len(texts), size):
+            batch = texts[low:low + size]
+            started = time.perf_counter()
+            encodings = backend.encode_batch(batch, add_special_tokens=False)
+            seconds += time.perf_counter() - started
+            tokens += sum(len(e) for e in encodings)
+            # Freeing the Encodings (a Rust String per token among them) is serial and not part of
+            # the floor as the issue defines it; timed apart so the report can say what it costs.
+            started = time.perf_counter()
+            del encodings
+            release += time.perf_counter() - started
+    return {"conversations": len(texts), "tokens": tokens, "seconds": seconds, "release_seconds": release,
+            "render_seconds": render_seconds, **load.figures}
 
 
 def run_peer(job: dict) -> dict:
@@ -152,34 +248,43 @@ def run_peer(job: dict) -> dict:
     separator = job.get("separator") or tokenizer.eos_token
     hasher = StreamHasher(job["row_tokens"], tokenizer.convert_tokens_to_ids(separator), job["rows"])
     tokens, supervised, seconds = 0, 0, 0.0
-    for conversation in conversations:
-        started = time.perf_counter()
-        out = tokenizer.apply_chat_template(conversation, chat_template=template, tokenize=True,
-                                            return_dict=True, return_assistant_tokens_mask=True,
-                                            **job["template_kwargs"])
-        seconds += time.perf_counter() - started
-        # Outside the timed region: the cross-check against the build's rows_sha256.
-        tokens += len(out["input_ids"])
-        supervised += sum(out["assistant_masks"])
-        hasher.add(out["input_ids"], out["assistant_masks"])
+    with Load() as load:  # spans the cross-check too: its CPU figure over-counts, slightly
+        for conversation in conversations:
+            started = time.perf_counter()
+            out = tokenizer.apply_chat_template(conversation, chat_template=template, tokenize=True,
+                                                return_dict=True, return_assistant_tokens_mask=True,
+                                                **job["template_kwargs"])
+            seconds += time.perf_counter() - started
+            # Outside the timed region: the cross-check against the build's rows_sha256.
+            tokens += len(out["input_ids"])
+            supervised += sum(out["assistant_masks"])
+            hasher.add(out["input_ids"], out["assistant_masks"])
     return {"conversations": len(conversations), "tokens": tokens, "seconds": seconds,
-            "supervised_tokens": supervised, "rows_sha256": hasher.hexdigest()}
+            "supervised_tokens": supervised, "rows_sha256": hasher.hexdigest(), **load.figures}
 
 
 def run_make(job: dict) -> dict:
+    import databuild
     from databuild.build import make
     from databuild.config import load_config
 
     config = load_config(job["config"])
-    started = time.perf_counter()
-    result = make(config, Path(job["out"]), offline=True, workers=job["workers"],
-                  batch_size=job["batch_size"], progress=False)
-    seconds = time.perf_counter() - started
+    tree = TreePeak() if job["workers"] > 1 else None
+    if tree:
+        tree.start()
+    with Load() as load:
+        started = time.perf_counter()
+        window = {"window": job["window"]} if job.get("window") else {}
+        result = make(config, Path(job["out"]), offline=True, workers=job["workers"],
+                      batch_size=job["batch_size"], progress=False, **window)
+        seconds = time.perf_counter() - started
     output, counts = result.data["output"], result.data["counts"]
     return {"conversations": counts["conversations_read"], "tokens": output["tokens"], "seconds": seconds,
             "rows": output["rows"], "supervised_tokens": output["supervised_tokens"],
             "rows_skipped": counts["rows_skipped"]["no_supervised_token"],
-            "rows_sha256": output["rows_sha256"], "parquet_bytes": output["parquet_bytes"]}
+            "rows_sha256": output["rows_sha256"], "parquet_bytes": output["parquet_bytes"],
+            "databuild": str(Path(databuild.__file__).parent),
+            "tree_peak_rss_mib": tree.stop() if tree else None, **load.figures}
 
 
 PATHS = {"size": run_size, "floor": run_floor, "peer": run_peer, "make": run_make}

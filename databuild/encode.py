@@ -66,7 +66,7 @@ class Encoder:
             ids = np.fromiter(encoding.ids, dtype=np.int32)
             placed = place_assistant_contents(conversation.id, conversation.messages, text, self.renderer.render)
             spans = strategy(conversation.id, conversation.messages, text, placed, self.special_tokens)
-            mask = spans_to_mask(spans, encoding.char_to_token, len(ids))
+            mask = spans_to_mask(spans, encoding, len(ids))
             out.append(TokenizedConversation(conversation.position, conversation.index, conversation.id,
                                              conversation.source, ids, mask))
         return out

@@ -107,19 +107,23 @@ STRATEGIES: dict[str, Callable[..., Spans]] = {
 }
 
 
-def spans_to_mask(spans: Spans, char_to_token: Callable[[int], int | None], n_tokens: int) -> np.ndarray:
+def spans_to_mask(spans: Spans, encoding, n_tokens: int) -> np.ndarray:
     """1 for every token whose character range overlaps a span, else 0 (int8).
 
-    The tokens overlapping [start, end) are the contiguous run from the token holding the first
-    character of the span that some token holds, to the token holding the last such character. Asking
-    the tokenizer's own char-to-token map at the span edges costs O(spans), where reading every
-    token's offsets back into Python would cost O(tokens).
+    The tokens overlapping [start, end) are a contiguous run: from the first token holding a
+    character of the span, to the last token that starts before `end` (a character that byte
+    fallback splits into several tokens maps to the first of them, so the run is extended over the
+    rest). Asking the tokenizer's own char/token maps at the span edges costs O(spans), where
+    reading every token's offsets back into Python would cost O(tokens).
     """
     mask = np.zeros(n_tokens, dtype=np.int8)
+    char_to_token, token_to_chars = encoding.char_to_token, encoding.token_to_chars
     for start, end in spans:
         first = next((t for c in range(start, end) if (t := char_to_token(c)) is not None), None)
         if first is None:
             continue
         last = next(t for c in range(end - 1, start - 1, -1) if (t := char_to_token(c)) is not None)
+        while last + 1 < n_tokens and (chars := token_to_chars(last + 1)) is not None and chars[0] < end:
+            last += 1
         mask[first:last + 1] = 1
     return mask

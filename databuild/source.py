@@ -8,6 +8,8 @@ trades memory for the number of files; the stream does not depend on it.
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -23,6 +25,7 @@ from .permute import inverse_permutation
 
 ROLES = ("system", "developer", "user", "assistant")
 COLUMNS = ["id", "messages", "source"]
+SPILL_THREADS = 2  # files decoded at once in the spill pass
 READ_BATCH_ROWS = 4096
 
 
@@ -134,38 +137,48 @@ def _malformed_rows(batch: pa.RecordBatch) -> dict[int, str]:
 
 
 def spill_in_order(files: list[SourceFile], permutation: np.ndarray, window: int,
-                   directory: Path) -> tuple[list[Malformed], int]:
+                   directory: Path, threads: int = SPILL_THREADS) -> tuple[list[Malformed], int]:
     """The one pass over the source: check every row, and write each to the bucket file of its
     stream position (bucket k holds positions [k*window, (k+1)*window)), in Arrow IPC under directory.
 
     Returns (every malformed conversation in source order, the number of buckets). One pass, whatever
-    the source's size; reading the stream back then holds one bucket in memory at a time.
+    the source's size; reading the stream back then holds one bucket in memory at a time. Files are
+    decoded `threads` at a time: parquet decoding, the checks and the takes run in Arrow's C++ without
+    the GIL, and nothing is tokenized before this pass ends. A bucket's rows may come from the files
+    in any order; read_in_order sorts each bucket by position, so the stream does not depend on it.
     """
     positions_of = inverse_permutation(permutation)
     buckets = -(-len(permutation) // window)
     writers: dict[int, pa.ipc.RecordBatchFileWriter] = {}
-    found: list[Malformed] = []
-    try:
-        for file in files:
-            for offset, batch in _iter_batches(file):
-                bad = _malformed_rows(batch)
-                for row in sorted(bad):
-                    found.append(Malformed(offset + row, file.name, offset + row - file.first_index,
-                                           batch.column("id")[row].as_py() or "", bad[row]))
-                indices = np.arange(offset, offset + batch.num_rows)
-                positions = positions_of[indices]
-                batch = pa.RecordBatch.from_arrays(
-                    [batch.column(c) for c in COLUMNS] + [pa.array(positions), pa.array(indices)],
-                    names=COLUMNS + ["position", "index"])
-                bucket_of = positions // window
-                order = np.argsort(bucket_of, kind="stable")
-                grouped = batch.take(pa.array(order))
-                cuts = np.flatnonzero(np.diff(bucket_of[order])) + 1
+    lock = threading.Lock()
+
+    def one_file(file: SourceFile) -> list[Malformed]:
+        found: list[Malformed] = []
+        for offset, batch in _iter_batches(file):
+            bad = _malformed_rows(batch)
+            for row in sorted(bad):
+                found.append(Malformed(offset + row, file.name, offset + row - file.first_index,
+                                       batch.column("id")[row].as_py() or "", bad[row]))
+            indices = np.arange(offset, offset + batch.num_rows)
+            positions = positions_of[indices]
+            batch = pa.RecordBatch.from_arrays(
+                [batch.column(c) for c in COLUMNS] + [pa.array(positions), pa.array(indices)],
+                names=COLUMNS + ["position", "index"])
+            bucket_of = positions // window
+            order = np.argsort(bucket_of, kind="stable")
+            grouped = batch.take(pa.array(order))
+            cuts = np.flatnonzero(np.diff(bucket_of[order])) + 1
+            with lock:
                 for low, high in zip(np.concatenate([[0], cuts]), np.concatenate([cuts, [len(order)]])):
                     bucket = int(bucket_of[order[low]])
                     if bucket not in writers:
                         writers[bucket] = pa.ipc.new_file(directory / f"bucket-{bucket:06d}.arrow", grouped.schema)
                     writers[bucket].write_batch(grouped.slice(low, high - low))
+        return found
+
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
+            found = [m for part in pool.map(one_file, files) for m in part]  # file order: source order
     finally:
         for writer in writers.values():
             writer.close()
@@ -182,12 +195,15 @@ def read_in_order(directory: Path, buckets: int) -> Iterator[Conversation]:
             table = pa.ipc.open_file(source).read_all()
         positions = table.column("position").to_numpy()
         indices = table.column("index").to_numpy()
-        rows = table.select(COLUMNS).to_pylist()
-        del table
+        ids, sources = table.column("id").to_pylist(), table.column("source").to_pylist()
+        # Column by column: one Python list per field, not a dict per row and per message.
+        messages = table.column("messages").combine_chunks()
+        ends = np.cumsum(pc.fill_null(pc.list_value_length(messages), 0).to_numpy(zero_copy_only=False))
+        flat = messages.flatten()
+        pairs = list(zip(pc.struct_field(flat, "role").to_pylist(), pc.struct_field(flat, "content").to_pylist()))
+        del table, messages, flat
         for k in np.argsort(positions, kind="stable"):
-            row = rows[k]
             yield Conversation(
-                position=int(positions[k]), index=int(indices[k]), id=row["id"] or "",
-                source=row["source"] or "",
-                messages=tuple((m["role"], m["content"]) for m in row["messages"] or ()),
+                position=int(positions[k]), index=int(indices[k]), id=ids[k] or "", source=sources[k] or "",
+                messages=tuple(pairs[(ends[k - 1] if k else 0):ends[k]]),
             )

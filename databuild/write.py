@@ -8,6 +8,7 @@ through `os.replace` once it is complete; on any error the partial file is remov
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterable
 
@@ -56,15 +57,23 @@ def write_rows(rows: Iterable[Row], final: Path, row_tokens: int, hasher: RowsHa
     group_rows = rows_per_group(row_tokens)
     count = 0
     try:
-        with pq.ParquetWriter(partial, SCHEMA, **WRITER_OPTIONS) as writer:
+        # Encoding and compressing a row group runs in pyarrow's C++ without the GIL: one group is
+        # written in the background while the next is packed. Groups still go in order, one at a time.
+        with pq.ParquetWriter(partial, SCHEMA, **WRITER_OPTIONS) as writer, ThreadPoolExecutor(1) as background:
             group: list[Row] = []
+            pending = None
             for row in rows:
                 hasher.update_rows(row.input_ids[None, :], row.loss_mask[None, :])
                 group.append(row)
                 count += 1
                 if len(group) == group_rows:
-                    writer.write_table(_table(group), row_group_size=group_rows)
+                    table = _table(group)
+                    if pending is not None:
+                        pending.result()
+                    pending = background.submit(writer.write_table, table, row_group_size=group_rows)
                     group = []
+            if pending is not None:
+                pending.result()
             if group:
                 writer.write_table(_table(group), row_group_size=group_rows)
         with open(partial, "rb+") as handle:

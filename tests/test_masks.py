@@ -126,3 +126,16 @@ def test_real_tokenizer_phi3(source_conversations):
         expected = [content + "<|end|>" for role, content in messages if role == "assistant" and content]
         assert supervised_runs(phi3, out.input_ids, out.loss_mask) == expected, cid
         assert out.input_ids[-1] == phi3.eos_token_id  # its template ends with EOS: the packer reuses it
+
+
+@pytest.mark.parametrize("text", ["ab \U0001F600<|end|>", "x \u00e9\U0001F469\u200d\U0001F4BB<|end|>"])
+def test_span_edges_follow_the_overlap_rule(tokenizer, text):
+    """A span ending inside a character split over several byte tokens still covers all of them:
+    the same tokens as transformers' rule over every token's offsets."""
+    from databuild.masks import spans_to_mask
+
+    encoding = tokenizer.backend_tokenizer.encode(text, add_special_tokens=False)
+    end = text.index("<|end|>")
+    for span in [(0, end), (1, end - 1), (end - 1, end), (2, len(text))]:
+        expected = [int(a < span[1] and b > span[0]) for a, b in encoding.offsets]
+        assert spans_to_mask([span], encoding, len(encoding.ids)).tolist() == expected, span
