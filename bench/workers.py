@@ -264,6 +264,8 @@ def run_peer(job: dict) -> dict:
 
 
 def run_make(job: dict) -> dict:
+    import transformers  # noqa: F401  (imported outside the timing, as in (a) and (b): not build work)
+
     import databuild
     from databuild.build import make
     from databuild.config import load_config
