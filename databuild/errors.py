@@ -3,7 +3,3 @@
 
 class BuildError(Exception):
     """A problem with the inputs or the environment, stated in one line for the user."""
-
-
-class VerifyError(BuildError):
-    """An artifact differs from what was expected."""
