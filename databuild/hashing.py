@@ -133,8 +133,9 @@ def _check_group(table: pa.Table, first: int, row_tokens: int, path: Path) -> No
                              "must start at 0 and increase within the row")
 
 
-def hash_parquet(path: Path) -> ParquetSummary:
-    """Every pinned figure of a row file, from the file alone, one row group in memory at a time."""
+def hash_parquet(path: Path, file_digest: tuple[str, int] | None = None) -> ParquetSummary:
+    """Every pinned figure of a row file, from the file alone, one row group in memory at a time.
+    `file_digest` is the file's (sha256, bytes) when the caller has already read them."""
     try:
         parquet = pq.ParquetFile(path)
     except (OSError, pa.ArrowException) as exc:
@@ -155,6 +156,6 @@ def hash_parquet(path: Path) -> ParquetSummary:
         hasher.update_rows(ids.reshape(table.num_rows, -1), mask.reshape(table.num_rows, -1))
         rows += table.num_rows
         supervised += int(np.count_nonzero(mask))
-    digest, size = file_sha256(path)
+    digest, size = file_digest or file_sha256(path)
     return ParquetSummary(hasher.hexdigest(), digest, size, rows, row_tokens or 0, supervised,
                           tuple(hasher.row_digests))

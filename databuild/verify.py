@@ -104,7 +104,7 @@ def verify(parquet: Path, expectations: list[Expectation], row_digests: list[str
     digest, size = file_sha256(parquet)
     summary: ParquetSummary | None = None
     try:
-        summary = hash_parquet(parquet)
+        summary = hash_parquet(parquet, (digest, size))
     except UnreadableError as exc:
         report.failures.append(str(exc))
         report.unreadable = True
