@@ -54,8 +54,8 @@ def _snapshot(repo: str, revision: str, repo_type: str, patterns: list[str], off
         path = snapshot_download(repo, repo_type=repo_type, revision=revision, allow_patterns=patterns,
                                  local_files_only=offline)
     except LocalEntryNotFoundError:
-        raise BuildError(f"{repo_type} {repo}@{revision}: not in the hub cache and offline; "
-                         f"{_fetch_hint(config)}") from None
+        why = "not in the hub cache and offline" if offline else "the hub is unreachable and it is not in the cache"
+        raise BuildError(f"{repo_type} {repo}@{revision}: {why}; {_fetch_hint(config)}") from None
     except (RepositoryNotFoundError, RevisionNotFoundError, HfHubHTTPError, OSError) as exc:
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise BuildError(f"{repo_type} {repo}@{revision}: {first_line}") from None
