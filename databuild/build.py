@@ -16,7 +16,6 @@ from itertools import islice
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-
 from tqdm import tqdm
 
 from .config import BuildConfig

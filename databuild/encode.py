@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import re
 from collections import deque
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import islice
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -40,7 +41,8 @@ class Encoder:
         self.renderer = renderer
         self.loss_mask = loss_mask
         special = {t.content for t in tokenizer.added_tokens_decoder.values() if t.special}
-        self.special_tokens = tuple(sorted(special, key=lambda t: (-len(t), t)))
+        # longest first: where one special token is a prefix of another, the longer one is the match
+        self.special_tokens = re.compile("|".join(re.escape(t) for t in sorted(special, key=lambda t: (-len(t), t))))
         self._backend = tokenizer.backend_tokenizer
 
     def __getstate__(self):
@@ -82,24 +84,33 @@ def batches(items: Iterable[Conversation], size: int) -> Iterator[list[Conversat
         yield batch
 
 
+def in_order(batches_: Iterable[list[Conversation]], submit: Callable, result: Callable,
+             in_flight: int) -> Iterator[TokenizedConversation]:
+    """Results of submit(batch) for each batch, in batch order, with at most `in_flight` batches
+    submitted and not yet taken back: what bounds memory for every executor."""
+    pending: deque = deque()
+    for batch in batches_:
+        pending.append(submit(batch))
+        if len(pending) >= in_flight:
+            yield from result(pending.popleft())
+    while pending:
+        yield from result(pending.popleft())
+
+
 def _overlapped(conversations: Iterable[Conversation], encoder: Encoder,
                 batch_size: int) -> Iterator[TokenizedConversation]:
     """One process: batch k+1 tokenizes on the Rust threads while Python masks batch k and the
     caller packs and writes it, so the cores are not left idle while either side works."""
     with ThreadPoolExecutor(max_workers=1) as pool:
-        pending: deque = deque()
-        for batch in batches(conversations, batch_size):
+        def submit(batch):
             texts = encoder.render(batch)
-            pending.append((batch, texts, pool.submit(encoder.tokenize, texts)))
-            if len(pending) > 1:
-                yield from encoder.finish(*_ready(pending.popleft()))
-        while pending:
-            yield from encoder.finish(*_ready(pending.popleft()))
+            return batch, texts, pool.submit(encoder.tokenize, texts)
 
+        def result(item):
+            batch, texts, future = item
+            return encoder.finish(batch, texts, future.result())
 
-def _ready(item):
-    batch, texts, future = item
-    return batch, texts, future.result()
+        yield from in_order(batches(conversations, batch_size), submit, result, 2)
 
 
 def encode_stream(conversations: Iterable[Conversation], encoder: Encoder, batch_size: int,
@@ -114,13 +125,8 @@ def encode_stream(conversations: Iterable[Conversation], encoder: Encoder, batch
     os.environ["RAYON_NUM_THREADS"] = "1"  # one process per core; children inherit this at spawn
     try:
         with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-            pending: deque = deque()
-            for batch in batches(conversations, batch_size):
-                pending.append(pool.submit(encoder.encode_batch, batch))
-                if len(pending) >= 2 * workers:
-                    yield from pending.popleft().result()
-            while pending:
-                yield from pending.popleft().result()
+            yield from in_order(batches(conversations, batch_size), lambda b: pool.submit(encoder.encode_batch, b),
+                                lambda future: future.result(), 2 * workers)
     finally:
         if env_threads is None:
             os.environ.pop("RAYON_NUM_THREADS", None)

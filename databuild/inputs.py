@@ -44,19 +44,21 @@ def _fetch_hint(config: BuildConfig) -> str:
     return f"run 'databuild fetch {config.name}' where the hub is reachable"
 
 
-def _snapshot(repo: str, revision: str, repo_type: str, patterns: list[str], offline: bool,
-              config: BuildConfig) -> Path:
+def hub_snapshot(repo: str, revision: str, repo_type: str, patterns: list[str], offline: bool,
+                 hint: str) -> Path:
+    """The cached snapshot of repo at revision (downloading the patterns unless offline); `hint`
+    ends the one-line error when it is not to be had."""
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError
-    from huggingface_hub.errors import RevisionNotFoundError
+    from huggingface_hub.errors import HFValidationError, RevisionNotFoundError
 
     try:
         path = snapshot_download(repo, repo_type=repo_type, revision=revision, allow_patterns=patterns,
                                  local_files_only=offline)
     except LocalEntryNotFoundError:
         why = "not in the hub cache and offline" if offline else "the hub is unreachable and it is not in the cache"
-        raise BuildError(f"{repo_type} {repo}@{revision}: {why}; {_fetch_hint(config)}") from None
-    except (RepositoryNotFoundError, RevisionNotFoundError, HfHubHTTPError, OSError) as exc:
+        raise BuildError(f"{repo_type} {repo}@{revision}: {why}; {hint}") from None
+    except (RepositoryNotFoundError, RevisionNotFoundError, HfHubHTTPError, HFValidationError, OSError) as exc:
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise BuildError(f"{repo_type} {repo}@{revision}: {first_line}") from None
     return Path(path)
@@ -99,7 +101,8 @@ def _resolve_source(config: BuildConfig, offline: bool) -> tuple[Path, str]:
         if not spec.dir.is_dir():
             raise BuildError(f"source dir {spec.dir} does not exist")
         return spec.dir, "local"
-    root = _snapshot(spec.repo, spec.revision, "dataset", [f"data/{spec.split}-*.parquet"], offline, config)
+    root = hub_snapshot(spec.repo, spec.revision, "dataset", [f"data/{spec.split}-*.parquet"], offline,
+                        _fetch_hint(config))
     return root, "hub"
 
 
@@ -109,7 +112,7 @@ def _resolve_tokenizer(config: BuildConfig, offline: bool) -> Path:
         if not spec.dir.is_dir():
             raise BuildError(f"tokenizer dir {spec.dir} does not exist")
         return spec.dir
-    return _snapshot(spec.repo, spec.revision, "model", list(TOKENIZER_FILES), offline, config)
+    return hub_snapshot(spec.repo, spec.revision, "model", list(TOKENIZER_FILES), offline, _fetch_hint(config))
 
 
 def resolve_inputs(config: BuildConfig, offline: bool = False) -> ResolvedInputs:
@@ -149,8 +152,9 @@ def resolve_inputs(config: BuildConfig, offline: bool = False) -> ResolvedInputs
 def fetch(config: BuildConfig) -> ResolvedInputs:
     """Download exactly the pinned files into the hub cache, then check them as a build would."""
     if config.source.dir is None:
-        _snapshot(config.source.repo, config.source.revision, "dataset",
-                  [f"data/{config.source.split}-*.parquet"], False, config)
+        hub_snapshot(config.source.repo, config.source.revision, "dataset",
+                     [f"data/{config.source.split}-*.parquet"], False, _fetch_hint(config))
     if config.tokenizer.dir is None:
-        _snapshot(config.tokenizer.repo, config.tokenizer.revision, "model", list(TOKENIZER_FILES), False, config)
+        hub_snapshot(config.tokenizer.repo, config.tokenizer.revision, "model", list(TOKENIZER_FILES), False,
+                     _fetch_hint(config))
     return resolve_inputs(config, offline=True)

@@ -17,6 +17,7 @@ Empty assistant content supervises nothing: the turn stays in the stream, unsupe
 
 from __future__ import annotations
 
+import re
 from typing import Callable
 
 import numpy as np
@@ -72,23 +73,19 @@ def place_assistant_contents(conversation_id: str, messages, text: str,
     return placed
 
 
-def _leading_special(text: str, at: int, special_tokens: tuple[str, ...]) -> str | None:
-    return next((token for token in special_tokens if text.startswith(token, at)), None)
-
-
 def assistant_spans(conversation_id: str, messages, text: str, placed: Placed,
-                    special_tokens: tuple[str, ...]) -> Spans:
+                    special_tokens: re.Pattern) -> Spans:
     spans: Spans = []
     for index, start, end in placed:
-        closing = _leading_special(text, end, special_tokens)
+        closing = special_tokens.match(text, end)
         if closing is None:
             raise _fail(conversation_id, index, "no end-of-turn special token right after its content")
-        spans.append((start, end + len(closing)))
+        spans.append((start, closing.end()))
     return spans
 
 
 def muse_spark_spans(conversation_id: str, messages, text: str, placed: Placed,
-                     special_tokens: tuple[str, ...]) -> Spans:
+                     special_tokens: re.Pattern) -> Spans:
     spans: Spans = []
     last = len(messages) - 1
     for index, start, end in placed:

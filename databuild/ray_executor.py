@@ -19,12 +19,12 @@ executor around the same pool, with nothing to stream from.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
-from collections import deque
 from typing import Iterable, Iterator
 
-from .encode import Encoder, TokenizedConversation, batches
+from .encode import Encoder, TokenizedConversation, batches, in_order
 from .errors import BuildError
 from .manifest import library_versions
 from .source import Conversation
@@ -114,7 +114,7 @@ def ray_encode_stream(conversations: Iterable[Conversation], encoder: Encoder, b
 def _stream(ray, conversations: Iterable[Conversation], encoder: Encoder, batch_size: int, workers: int,
             address: str | None) -> Iterator[TokenizedConversation]:
     started = _connect(ray, address, workers)
-    actors, pending = [], deque()
+    actors = []
     try:
         from ray.exceptions import RayTaskError
 
@@ -124,9 +124,9 @@ def _stream(ray, conversations: Iterable[Conversation], encoder: Encoder, batch_
         actors = [remote.remote(encoder_ref) for _ in range(workers)]
         _check_versions(ray, actors)
 
-        def next_results() -> list[TokenizedConversation]:
+        def next_results(ref) -> list[TokenizedConversation]:
             try:
-                return ray.get(pending.popleft())
+                return ray.get(ref)
             except RayTaskError as exc:
                 # A BuildError raised by encode_batch (a mask it cannot justify, ...) reaches the
                 # user as the local executor reports it: one line, not a remote traceback.
@@ -134,14 +134,10 @@ def _stream(ray, conversations: Iterable[Conversation], encoder: Encoder, batch_
                     raise exc.cause from None
                 raise
 
-        for number, batch in enumerate(batches(conversations, batch_size)):
-            pending.append(actors[number % workers].encode_batch.remote(batch))
-            if len(pending) >= 2 * workers:
-                yield from next_results()
-        while pending:
-            yield from next_results()
+        turn = itertools.cycle(actors)  # batch k to actor k % workers: each runs its batches in order
+        yield from in_order(batches(conversations, batch_size), lambda b: next(turn).encode_batch.remote(b),
+                            next_results, 2 * workers)
     finally:
-        pending.clear()  # closed early (the build has its rows): drop the batches still in flight
         if ray.is_initialized():
             for actor in actors:
                 ray.kill(actor)

@@ -167,14 +167,11 @@ def manifest_beside(parquet: Path) -> dict | None:
 
 
 def _hub_cache(repo: str, revision: str) -> Path | None:
-    from huggingface_hub import snapshot_download
-
-    from .inputs import TOKENIZER_FILES
+    from .inputs import TOKENIZER_FILES, hub_snapshot
 
     try:
-        path = Path(snapshot_download(repo, revision=revision, local_files_only=True,
-                                      allow_patterns=list(TOKENIZER_FILES)))
-    except Exception:  # not cached, bad repo id, no cache dir: all mean "not here", try the next place
+        path = hub_snapshot(repo, revision, "model", list(TOKENIZER_FILES), True, "")
+    except BuildError:  # not cached here: try the next place
         return None
     return path if (path / "tokenizer.json").is_file() else None
 
