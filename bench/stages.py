@@ -7,7 +7,7 @@ CONFIG is a build config (run.py --keep leaves its bench-1x.yaml in the kept dir
 one after another on the main thread, except the tokenizer's encode_batch, which uses its own Rust
 threads as it does in a build; each line gives the stage's wall and CPU seconds and its CPU cost per
 token, so every stage's share can be set against the tokenizer's. The stages call databuild's own
-functions (the API of commit 2228111: spill_in_order / read_in_order / Encoder.finish); a patched
+functions (Spill.check_and_spill / Spill.conversations / Encoder.finish); a patched
 copy is measured by putting it first on PYTHONPATH (run from outside the repo root, or the repo's
 own package wins through sys.path[0]). Every stage but the last covers the whole source (run.py's
 configs consume ~92% of it), and the tokenized stream stays in memory: ~0.5 GiB for the default corpus.
@@ -55,7 +55,7 @@ def main(argv=None) -> None:
         from databuild.pack import PackStats, pack_rows
         from databuild.permute import permutation
         from databuild.render import Renderer, load_tokenizer
-        from databuild.source import read_in_order, spill_in_order
+        from databuild.spill import Spill
         from databuild.write import write_rows
     config = load_config(args.config)
     with stage("resolve inputs (hash source + tokenizer files)"):
@@ -67,12 +67,13 @@ def main(argv=None) -> None:
                           config.loss_mask)
     files = list(inputs.source_files)
     order = permutation(sum(f.rows for f in files), config.seed)
-    spill = tempfile.TemporaryDirectory(prefix="databuild-stages-")
-    with stage("spill_in_order (validate, bucket, write IPC)"):
-        _, buckets = spill_in_order(files, order, args.window or DEFAULT_WINDOW, Path(spill.name))
-    with stage("read_in_order (buckets back, rows to Python)"):
-        conversations = list(read_in_order(Path(spill.name), buckets))
-    spill.cleanup()
+    spill_dir = tempfile.TemporaryDirectory(prefix="databuild-stages-")
+    spill = Spill(files, order, args.window or DEFAULT_WINDOW, Path(spill_dir.name))
+    with stage("spill, whole source (check, bucket, write IPC)"):
+        spill.check_and_spill(len(order))
+    with stage("read buckets back (rows to Python)"):
+        conversations = list(spill.conversations())
+    spill_dir.cleanup()
     # Batch by batch, as the build does: holding every Encoding at once would make the stages pay
     # for gigabytes of fresh pages that a build never touches.
     backend, tokenized, tokens = tokenizer.backend_tokenizer, [], 0

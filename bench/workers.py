@@ -264,7 +264,9 @@ def run_peer(job: dict) -> dict:
 
 
 def run_make(job: dict) -> dict:
-    import transformers  # noqa: F401  (imported outside the timing, as in (a) and (b): not build work)
+    # Modules imported outside the timing, as (a) and (b) import them: loading code is not build work.
+    import transformers.utils.chat_template_utils  # noqa: F401
+    from transformers import AutoTokenizer  # noqa: F401
 
     import databuild
     from databuild.build import make

@@ -27,7 +27,8 @@ from .manifest import FORMAT, library_versions, manifest_path, write_manifest
 from .pack import PackStats, pack_rows
 from .permute import permutation
 from .render import Renderer, load_tokenizer
-from .source import Conversation, Malformed, read_in_order, spill_in_order
+from .source import Conversation, Malformed
+from .spill import Spill, expected_prefix
 from .write import WRITER_OPTIONS, partial_path, publish, rows_per_group, write_rows
 
 DEFAULT_BATCH = 256
@@ -73,7 +74,7 @@ def _check_malformed(config: BuildConfig, found: list[Malformed]) -> dict[int, M
 class Prepared:
     """Everything checked and loaded before the first row: what every executor streams from.
 
-    A context manager: the source's spilled buckets live in a temporary directory until it exits.
+    A context manager: the source's bucket files live in a temporary directory until it exits.
     """
     config: BuildConfig
     inputs: ResolvedInputs
@@ -81,43 +82,47 @@ class Prepared:
     separator_id: int
     malformed: dict[int, Malformed]
     encoder: Encoder
-    spill: tempfile.TemporaryDirectory
-    buckets: int
+    spill: Spill
+    spill_dir: tempfile.TemporaryDirectory
 
     def conversations(self, skipped: list[Malformed]) -> Iterator[Conversation]:
         """The stream in permutation order, malformed conversations skipped into `skipped`."""
-        return _without_malformed(read_in_order(Path(self.spill.name), self.buckets), self.malformed, skipped)
+        return _without_malformed(self.spill.conversations(), self.malformed, skipped)
 
     def __enter__(self) -> Prepared:
         return self
 
     def __exit__(self, *exc) -> None:
-        self.spill.cleanup()
+        self.spill_dir.cleanup()
 
 
-def prepare(config: BuildConfig, offline: bool = False, window: int = DEFAULT_WINDOW) -> Prepared:
-    """Resolve and check the inputs, load the tokenizer, and make the one pass over the source that
-    checks every conversation and spills it by stream position (nothing is rendered before this)."""
+def prepare(config: BuildConfig, offline: bool = False, window: int = DEFAULT_WINDOW,
+            spill_prefix: int | None = None) -> Prepared:
+    """Resolve and check the inputs, load the tokenizer, and make the first pass over the source:
+    it checks every conversation and spills the stream's expected prefix (`spill_prefix` overrides
+    it). Nothing is rendered before this."""
     inputs = resolve_inputs(config, offline=offline)
     tokenizer = load_tokenizer(inputs.tokenizer_dir)
     separator, sep_id = separator_id(tokenizer, config)
     order = permutation(sum(f.rows for f in inputs.source_files), config.seed)
-    spill = tempfile.TemporaryDirectory(prefix="databuild-")
+    spill_dir = tempfile.TemporaryDirectory(prefix="databuild-")
     try:
-        found, buckets = spill_in_order(list(inputs.source_files), order, window, Path(spill.name))
-        malformed = _check_malformed(config, found)
+        spill = Spill(inputs.source_files, order, window, Path(spill_dir.name))
+        if spill_prefix is None:
+            spill_prefix = expected_prefix(inputs.source_files, config.rows * config.row_tokens)
+        malformed = _check_malformed(config, spill.check_and_spill(spill_prefix))
     except BaseException:
-        spill.cleanup()
+        spill_dir.cleanup()
         raise
     encoder = Encoder(tokenizer, Renderer.for_tokenizer(tokenizer, config.template_kwargs_dict), config.loss_mask)
-    return Prepared(config, inputs, separator, sep_id, malformed, encoder, spill, buckets)
+    return Prepared(config, inputs, separator, sep_id, malformed, encoder, spill, spill_dir)
 
 
 def make(config: BuildConfig, out_dir: Path, *, offline: bool = False, workers: int = 1,
-         batch_size: int = DEFAULT_BATCH, window: int = DEFAULT_WINDOW, progress: bool | None = None,
-         executor: str = "local", ray_address: str | None = None) -> BuildResult:
+         batch_size: int = DEFAULT_BATCH, window: int = DEFAULT_WINDOW, spill_prefix: int | None = None,
+         progress: bool | None = None, executor: str = "local", ray_address: str | None = None) -> BuildResult:
     started = time.perf_counter()
-    with prepare(config, offline, window) as prepared:
+    with prepare(config, offline, window, spill_prefix) as prepared:
         return _make(prepared, Path(out_dir), workers, batch_size, progress, executor, ray_address, started)
 
 

@@ -37,7 +37,6 @@ class Encoder:
     """Render + tokenize + mask for one batch; holds only picklable state for worker processes."""
 
     def __init__(self, tokenizer, renderer: Renderer, loss_mask: str):
-        self.backend_json = tokenizer.backend_tokenizer.to_str()
         self.renderer = renderer
         self.loss_mask = loss_mask
         special = {t.content for t in tokenizer.added_tokens_decoder.values() if t.special}
@@ -46,13 +45,14 @@ class Encoder:
         self._backend = tokenizer.backend_tokenizer
 
     def __getstate__(self):
-        return {k: v for k, v in self.__dict__.items() if k != "_backend"}
+        state = {k: v for k, v in self.__dict__.items() if k != "_backend"}
+        return {**state, "backend_json": self._backend.to_str()}
 
     def __setstate__(self, state):
         from tokenizers import Tokenizer
 
-        self.__dict__.update(state)
-        self._backend = Tokenizer.from_str(self.backend_json)
+        self.__dict__.update({k: v for k, v in state.items() if k != "backend_json"})
+        self._backend = Tokenizer.from_str(state["backend_json"])
 
     def render(self, batch: list[Conversation]) -> list[str]:
         return [self.renderer.render(c.messages) for c in batch]
@@ -113,6 +113,18 @@ def _overlapped(conversations: Iterable[Conversation], encoder: Encoder,
         yield from in_order(batches(conversations, batch_size), submit, result, 2)
 
 
+_worker_encoder: Encoder | None = None  # in a worker process: the one the pool was started with
+
+
+def _start_worker(encoder: Encoder) -> None:
+    global _worker_encoder
+    _worker_encoder = encoder
+
+
+def _encode_in_worker(batch: list[Conversation]) -> list[TokenizedConversation]:
+    return _worker_encoder.encode_batch(batch)
+
+
 def encode_stream(conversations: Iterable[Conversation], encoder: Encoder, batch_size: int,
                   workers: int = 1) -> Iterator[TokenizedConversation]:
     """Tokenized conversations in input order. At most 2*workers batches are in flight (bounded memory)."""
@@ -124,8 +136,10 @@ def encode_stream(conversations: Iterable[Conversation], encoder: Encoder, batch
     env_threads = os.environ.get("RAYON_NUM_THREADS")
     os.environ["RAYON_NUM_THREADS"] = "1"  # one process per core; children inherit this at spawn
     try:
-        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-            yield from in_order(batches(conversations, batch_size), lambda b: pool.submit(encoder.encode_batch, b),
+        # The encoder (tokenizer included) goes to each worker once, not with every batch.
+        with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_start_worker,
+                                 initargs=(encoder,)) as pool:
+            yield from in_order(batches(conversations, batch_size), lambda b: pool.submit(_encode_in_worker, b),
                                 lambda future: future.result(), 2 * workers)
     finally:
         if env_threads is None:

@@ -73,11 +73,22 @@ class Renderer:
         self.chat_template = chat_template
         self.variables = {**special_tokens, **template_kwargs, "add_generation_prompt": False}
         self.current_date = template_kwargs.get("current_date")
+        self._prepared = None  # (template, globals and variables merged), made once per process
 
     @classmethod
     def for_tokenizer(cls, tokenizer, template_kwargs: dict[str, Any]) -> Renderer:
         return cls(tokenizer.chat_template, dict(tokenizer.special_tokens_map), template_kwargs)
 
     def render(self, messages: tuple[tuple[str, str], ...]) -> str:
-        template = _compiled(self.chat_template, self.current_date)
-        return template.render(messages=[{"role": r, "content": c} for r, c in messages], **self.variables)
+        if self._prepared is None:
+            template = _compiled(self.chat_template, self.current_date)
+            self._prepared = template, {**template.globals, **self.variables}
+        template, shared = self._prepared
+        # Template.render, less merging the globals into the variables on every call: with
+        # shared=True the context takes the dict as it is.
+        context = template.new_context({**shared, "messages": [{"role": r, "content": c} for r, c in messages]},
+                                       shared=True)
+        return "".join(template.root_render_func(context))
+
+    def __getstate__(self):
+        return {**self.__dict__, "_prepared": None}

@@ -1,15 +1,11 @@
-"""Source stage: Tulu-schema parquet files, validated up front, read back in permutation order.
+"""Source stage: Tulu-schema parquet files, their schema and every row checked.
 
-The source is never held whole. One streaming pass checks every row and spills it, by its stream
-position, into bucket files of `window` positions each (Arrow IPC in a temporary directory); the
-stream then reads the buckets back in order, one in memory at a time, sorted within. The window
-trades memory for the number of files; the stream does not depend on it.
+The checks are column-wise (Arrow compute), so the whole source is checked in seconds; `spill`
+runs them in its first pass, before anything is rendered.
 """
 
 from __future__ import annotations
 
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -17,15 +13,12 @@ from typing import Iterator
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.ipc  # noqa: F401  (pa.ipc)
 import pyarrow.parquet as pq
 
 from .errors import BuildError
-from .permute import inverse_permutation
 
 ROLES = ("system", "developer", "user", "assistant")
 COLUMNS = ["id", "messages", "source"]
-SPILL_THREADS = 2  # files decoded at once in the spill pass
 READ_BATCH_ROWS = 4096
 
 
@@ -44,6 +37,7 @@ class SourceFile:
     name: str  # path relative to the source root, as recorded in the manifest
     rows: int
     first_index: int
+    message_bytes: int  # the messages column's uncompressed size, from the parquet metadata
 
 
 @dataclass(frozen=True)
@@ -71,9 +65,15 @@ def source_files(root: Path, split: str) -> list[SourceFile]:
         except (OSError, pa.ArrowException) as exc:
             raise BuildError(f"{name}: not a readable parquet file ({exc})") from None
         _check_schema(meta.schema_arrow, name)
-        files.append(SourceFile(path, name, meta.metadata.num_rows, first))
+        files.append(SourceFile(path, name, meta.metadata.num_rows, first, _message_bytes(meta.metadata)))
         first += meta.metadata.num_rows
     return files
+
+
+def _message_bytes(metadata: pq.FileMetaData) -> int:
+    return sum(group.column(j).total_uncompressed_size
+               for group in (metadata.row_group(g) for g in range(metadata.num_row_groups))
+               for j in range(group.num_columns) if group.column(j).path_in_schema.startswith("messages."))
 
 
 def _check_schema(schema: pa.Schema, name: str) -> None:
@@ -102,7 +102,7 @@ def _check_schema(schema: pa.Schema, name: str) -> None:
             raise fail(f"messages field '{key}' is {kind}, not string")
 
 
-def _iter_batches(file: SourceFile) -> Iterator[tuple[int, pa.RecordBatch]]:
+def iter_batches(file: SourceFile) -> Iterator[tuple[int, pa.RecordBatch]]:
     """(index of the batch's first row in the whole source, batch), streaming."""
     offset = file.first_index
     for batch in pq.ParquetFile(file.path).iter_batches(batch_size=READ_BATCH_ROWS, columns=COLUMNS):
@@ -136,74 +136,8 @@ def _malformed_rows(batch: pa.RecordBatch) -> dict[int, str]:
     return bad
 
 
-def spill_in_order(files: list[SourceFile], permutation: np.ndarray, window: int,
-                   directory: Path, threads: int = SPILL_THREADS) -> tuple[list[Malformed], int]:
-    """The one pass over the source: check every row, and write each to the bucket file of its
-    stream position (bucket k holds positions [k*window, (k+1)*window)), in Arrow IPC under directory.
-
-    Returns (every malformed conversation in source order, the number of buckets). One pass, whatever
-    the source's size; reading the stream back then holds one bucket in memory at a time. Files are
-    decoded `threads` at a time: parquet decoding, the checks and the takes run in Arrow's C++ without
-    the GIL, and nothing is tokenized before this pass ends. A bucket's rows may come from the files
-    in any order; read_in_order sorts each bucket by position, so the stream does not depend on it.
-    """
-    positions_of = inverse_permutation(permutation)
-    buckets = -(-len(permutation) // window)
-    writers: dict[int, pa.ipc.RecordBatchFileWriter] = {}
-    lock = threading.Lock()
-
-    def one_file(file: SourceFile) -> list[Malformed]:
-        found: list[Malformed] = []
-        for offset, batch in _iter_batches(file):
-            bad = _malformed_rows(batch)
-            for row in sorted(bad):
-                found.append(Malformed(offset + row, file.name, offset + row - file.first_index,
-                                       batch.column("id")[row].as_py() or "", bad[row]))
-            indices = np.arange(offset, offset + batch.num_rows)
-            positions = positions_of[indices]
-            batch = pa.RecordBatch.from_arrays(
-                [batch.column(c) for c in COLUMNS] + [pa.array(positions), pa.array(indices)],
-                names=COLUMNS + ["position", "index"])
-            bucket_of = positions // window
-            order = np.argsort(bucket_of, kind="stable")
-            grouped = batch.take(pa.array(order))
-            cuts = np.flatnonzero(np.diff(bucket_of[order])) + 1
-            with lock:
-                for low, high in zip(np.concatenate([[0], cuts]), np.concatenate([cuts, [len(order)]])):
-                    bucket = int(bucket_of[order[low]])
-                    if bucket not in writers:
-                        writers[bucket] = pa.ipc.new_file(directory / f"bucket-{bucket:06d}.arrow", grouped.schema)
-                    writers[bucket].write_batch(grouped.slice(low, high - low))
-        return found
-
-    try:
-        with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
-            found = [m for part in pool.map(one_file, files) for m in part]  # file order: source order
-    finally:
-        for writer in writers.values():
-            writer.close()
-    return found, buckets
-
-
-def read_in_order(directory: Path, buckets: int) -> Iterator[Conversation]:
-    """Conversations in permutation order, from the buckets spill_in_order wrote."""
-    for bucket in range(buckets):
-        path = directory / f"bucket-{bucket:06d}.arrow"
-        if not path.exists():
-            continue
-        with pa.memory_map(str(path)) as source:
-            table = pa.ipc.open_file(source).read_all()
-        positions = table.column("position").to_numpy()
-        indices = table.column("index").to_numpy()
-        ids, sources = table.column("id").to_pylist(), table.column("source").to_pylist()
-        # Column by column: one Python list per field, not a dict per row and per message.
-        messages = table.column("messages").combine_chunks()
-        ends = np.cumsum(pc.fill_null(pc.list_value_length(messages), 0).to_numpy(zero_copy_only=False))
-        flat = messages.flatten()
-        pairs = list(zip(pc.struct_field(flat, "role").to_pylist(), pc.struct_field(flat, "content").to_pylist()))
-        del table, messages, flat
-        for k in np.argsort(positions, kind="stable"):
-            yield Conversation(
-                position=int(positions[k]), index=int(indices[k]), id=ids[k] or "", source=sources[k] or "",
-                messages=tuple(pairs[(ends[k - 1] if k else 0):ends[k]]),
-            )
+def check_batch(file: SourceFile, offset: int, batch: pa.RecordBatch) -> list[Malformed]:
+    """The batch's malformed rows (the batch starts at source row `offset`), in row order."""
+    bad = _malformed_rows(batch)
+    return [Malformed(offset + row, file.name, offset + row - file.first_index,
+                      batch.column("id")[row].as_py() or "", bad[row]) for row in sorted(bad)]

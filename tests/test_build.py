@@ -125,10 +125,12 @@ def test_same_bytes_in_another_process_zone_locale_and_hash_seed(tiny_build, tmp
     assert "rows_sha256            " + GOLDEN["rows_sha256"] in result.stdout
 
 
-@pytest.mark.parametrize("workers, batch_size, window", [(1, 1, 7), (2, 7, 300), (3, 33, 64)])
-def test_output_does_not_depend_on_workers_batches_or_windows(tiny_build, tiny_config, tmp_path, workers,
-                                                              batch_size, window):
-    result = make(tiny_config, tmp_path, workers=workers, batch_size=batch_size, window=window, progress=False)
+@pytest.mark.parametrize("workers, batch_size, window, spill_prefix",
+                         [(1, 1, 7, 0), (2, 7, 300, None), (3, 33, 64, 10), (1, 256, 5, 300)])
+def test_output_does_not_depend_on_workers_batches_windows_or_spill_passes(tiny_build, tiny_config, tmp_path, workers,
+                                                                           batch_size, window, spill_prefix):
+    result = make(tiny_config, tmp_path, workers=workers, batch_size=batch_size, window=window,
+                  spill_prefix=spill_prefix, progress=False)
     assert result.parquet.read_bytes() == tiny_build.parquet.read_bytes()
     assert result.manifest.read_bytes() == tiny_build.manifest.read_bytes()
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from databuild.encode import Encoder
-from databuild.masks import MaskError
+from databuild.masks import MaskError, _only_place
 from databuild.render import Renderer
 from databuild.source import Conversation
 
@@ -139,3 +139,14 @@ def test_span_edges_follow_the_overlap_rule(tokenizer, text):
     for span in [(0, end), (1, end - 1), (end - 1, end), (2, len(text))]:
         expected = [int(a < span[1] and b > span[0]) for a, b in encoding.offsets]
         assert spans_to_mask([span], encoding, len(encoding.ids)).tolist() == expected, span
+
+
+@pytest.mark.parametrize("text, content, place", [
+    ("u: hi<|end|>a: hello<|end|>", "hello", 15),
+    ("u: hello<|end|>a: hello<|end|>", "hello", -1),  # twice
+    ("aaa", "aa", -1),  # twice, overlapping
+    ("u: " + "x" * 40 + "1 a: " + "x" * 40 + "2", "x" * 40 + "2", -1),  # its first 32 characters twice
+    ("u: hi", "hello", -1),
+])
+def test_only_place_is_the_place_of_a_unique_occurrence(text, content, place):
+    assert _only_place(text, content) == place

@@ -1,0 +1,129 @@
+"""Spill stage: the source in permutation order, never held whole, through bucket files.
+
+A pass over the source writes each row whose stream position lies in the pass's range to the bucket
+file of that position (bucket k holds positions [k*window, (k+1)*window)), Arrow IPC in a temporary
+directory; the stream reads the buckets back in order, one in memory at a time, sorted within.
+
+The first pass also checks every row of the source, so a malformed row anywhere is known before
+anything is rendered. It spills only the prefix of the stream the build is expected to read
+(`expected_prefix`, generous), because a recipe may read a few percent of its source; a stream that
+goes past it gets another pass for the next range, twice as long. The stream is the same whatever
+the prefix, the window, the number of passes or the order in which files finish.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Iterable, Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.ipc  # noqa: F401  (pa.ipc)
+
+from .permute import inverse_permutation
+from .source import COLUMNS, Conversation, Malformed, SourceFile, check_batch, iter_batches
+
+SPILL_THREADS = 2  # files decoded at once in a pass
+# Message bytes per token the first pass provides for: about twice what BPE tokenizers average
+# on English, code and mixed text (~3-4). Falling short costs a pass, never a different row.
+BYTES_PER_TOKEN_BOUND = 8
+
+
+def expected_prefix(files: Iterable[SourceFile], tokens: int) -> int:
+    """Stream positions the first pass spills for a build that needs `tokens` tokens."""
+    files = list(files)
+    size, message_bytes = sum(f.rows for f in files), sum(f.message_bytes for f in files)
+    if message_bytes <= 0:
+        return size
+    return min(size, -(-size * tokens * BYTES_PER_TOKEN_BOUND // message_bytes))
+
+
+class Spill:
+    """Bucket files of the stream under `directory`; positions [0, spilled) have been written."""
+
+    def __init__(self, files: Iterable[SourceFile], permutation: np.ndarray, window: int, directory: Path,
+                 threads: int = SPILL_THREADS):
+        self.files, self.window, self.directory, self.threads = list(files), window, Path(directory), threads
+        self.positions_of = inverse_permutation(permutation)
+        self.size = len(permutation)
+        self.spilled = 0
+        self.passes = 0
+
+    def check_and_spill(self, prefix: int) -> list[Malformed]:
+        """The first pass: every malformed row of the source (in source order); positions up to
+        `prefix`, rounded up to whole buckets, spilled."""
+        return self._pass(prefix, check=True)
+
+    def conversations(self) -> Iterator[Conversation]:
+        """The whole stream in permutation order, spilling further ranges as it gets there; it can
+        be read again."""
+        for bucket in range(-(-self.size // self.window)):
+            if bucket * self.window >= self.spilled:
+                self._pass(max(2 * self.spilled, self.window), check=False)
+            yield from _read_bucket(self._path(bucket))
+
+    def _path(self, bucket: int) -> Path:
+        return self.directory / f"bucket-{bucket:06d}.arrow"
+
+    def _pass(self, stop: int, check: bool) -> list[Malformed]:
+        # Whole buckets per pass, so that no bucket file is written by two passes.
+        start, stop = self.spilled, min(self.size, -(-stop // self.window) * self.window)
+        writers: dict[int, pa.ipc.RecordBatchFileWriter] = {}
+        lock = threading.Lock()
+
+        def one_file(file: SourceFile) -> list[Malformed]:
+            found: list[Malformed] = []
+            for offset, batch in iter_batches(file):
+                if check:
+                    found += check_batch(file, offset, batch)
+                positions = self.positions_of[offset:offset + batch.num_rows]
+                rows = np.flatnonzero((positions >= start) & (positions < stop))
+                if not len(rows):
+                    continue
+                buckets = positions[rows] // self.window
+                order = np.argsort(buckets, kind="stable")
+                rows, buckets = rows[order], buckets[order]
+                taken = batch.take(pa.array(rows))
+                grouped = pa.RecordBatch.from_arrays(
+                    [taken.column(c) for c in COLUMNS] + [pa.array(positions[rows]), pa.array(rows + offset)],
+                    names=COLUMNS + ["position", "index"])
+                cuts = np.flatnonzero(np.diff(buckets)) + 1
+                with lock:
+                    for low, high in zip(np.concatenate([[0], cuts]), np.concatenate([cuts, [len(rows)]])):
+                        bucket = int(buckets[low])
+                        if bucket not in writers:
+                            writers[bucket] = pa.ipc.new_file(self._path(bucket), grouped.schema)
+                        writers[bucket].write_batch(grouped.slice(low, high - low))
+            return found
+
+        # Parquet decoding, the checks and the takes run in Arrow's C++ without the GIL.
+        try:
+            with ThreadPoolExecutor(max_workers=max(1, self.threads)) as pool:
+                found = [m for part in pool.map(one_file, self.files) for m in part]  # file order: source order
+        finally:
+            for writer in writers.values():
+                writer.close()
+        self.spilled, self.passes = stop, self.passes + 1
+        return found
+
+
+def _read_bucket(path: Path) -> Iterator[Conversation]:
+    with pa.memory_map(str(path)) as source:
+        table = pa.ipc.open_file(source).read_all()
+    positions = table.column("position").to_numpy()
+    indices = table.column("index").to_numpy()
+    ids, sources = table.column("id").to_pylist(), table.column("source").to_pylist()
+    # Column by column: one Python list per field, not a dict per row and per message.
+    messages = table.column("messages").combine_chunks()
+    ends = np.cumsum(pc.fill_null(pc.list_value_length(messages), 0).to_numpy(zero_copy_only=False))
+    flat = messages.flatten()
+    pairs = list(zip(pc.struct_field(flat, "role").to_pylist(), pc.struct_field(flat, "content").to_pylist()))
+    del table, messages, flat
+    for k in np.argsort(positions, kind="stable"):
+        yield Conversation(
+            position=int(positions[k]), index=int(indices[k]), id=ids[k] or "", source=sources[k] or "",
+            messages=tuple(pairs[(ends[k - 1] if k else 0):ends[k]]),
+        )
