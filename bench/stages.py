@@ -47,6 +47,8 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
 
     with stage("import databuild + transformers"):
+        import transformers.utils.chat_template_utils  # noqa: F401
+        from transformers import AutoTokenizer  # noqa: F401
         from databuild.build import DEFAULT_WINDOW, separator_id
         from databuild.config import load_config
         from databuild.encode import Encoder

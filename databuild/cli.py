@@ -121,7 +121,7 @@ def make(name, out_dir, offline, dataset_dir, tokenizer_dir, workers, batch_size
         from .recipe import update_recipe
         from .verify import gather, verify
 
-        report = verify(result.parquet, *gather(result.parquet, result.manifest, None, None, None)[:2])
+        report = verify(result.parquet, gather(result.parquet, result.manifest))
         if report.failures:
             raise BuildError(f"{result.parquet} does not verify, recipe left unchanged: {report.failures[0]}")
         changed = update_recipe(recipe, result.manifest)
@@ -189,17 +189,17 @@ def verify_command(parquet, manifest, recipe, rows_sha256, parquet_sha256):
     from .verify import EXIT_DIFFERENT, gather, verify
 
     try:
-        expectations, digests, versions = gather(parquet, manifest, recipe, rows_sha256, parquet_sha256)
+        expected = gather(parquet, manifest, recipe, rows_sha256, parquet_sha256)
     except BuildError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_DIFFERENT)
-    report = verify(parquet, expectations, digests, versions)
+    report = verify(parquet, expected)
     for line in report.warnings:
         click.echo(f"warning: {line}", err=True)
     for line in report.failures:
         click.echo(f"FAILED {line}", err=True)
     if not report.failures:
-        checked = ", ".join(sorted({e.field for e in expectations}))
+        checked = ", ".join(sorted({e.field for e in expected.checks}))
         click.echo(f"verified {parquet}: {checked}")
     sys.exit(report.exit_code)
 

@@ -50,8 +50,9 @@ def show(parquet, row, name_or_dir, color):
       databuild show rows.parquet --row 12 --color always | less -R
     """
     from .render import load_tokenizer
-    from .show import compose, decode_spans, manifest_beside, open_parquet, read_rows, row_header, spans
-    from .show import tokenizer_dir
+    from .manifest import manifest_beside
+    from .pinned_tokenizer import tokenizer_dir
+    from .show import compose, decode_spans, open_parquet, read_rows, row_header, spans
 
     parquet_file = open_parquet(parquet)
     target = read_rows(parquet_file, row)[0]  # checks the index before any tokenizer is loaded

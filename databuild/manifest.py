@@ -55,3 +55,8 @@ def read_manifest(path: Path) -> dict[str, Any]:
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise BuildError(f"{path}: not a {FORMAT} manifest")
     return manifest
+
+
+def manifest_beside(parquet: Path) -> dict | None:
+    path = manifest_path(parquet)
+    return read_manifest(path) if path.is_file() else None

@@ -19,8 +19,9 @@ import pyarrow.parquet as pq
 
 from .charts import histogram_chart, per_row_chart, svg_hbars
 from .errors import BuildError
-from .show import (compose, decode_spans, id_texts, manifest_beside, open_parquet, printable, read_group,
-                   read_rows, row_header, spans, tokenizer_dir)
+from .manifest import manifest_beside
+from .pinned_tokenizer import tokenizer_dir
+from .show import compose, decode_spans, id_texts, open_parquet, printable, read_group, read_rows, row_header, spans
 
 WIDE = 1040  # the source mix spans both columns: source names are long
 

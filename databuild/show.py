@@ -1,9 +1,7 @@
 """`databuild show`: one row decoded, its targets and conversation starts marked.
 
 Only the row group holding the row is read (located from the parquet footer), so row 6,000 of a
-6,400 x 8,192 file costs one row group, not the file. The tokenizer is found the way the manifest
-beside the file pins it, and refused if its tokenizer.json is not the pinned one: decoding with
-another vocabulary prints plausible but wrong text.
+6,400 x 8,192 file costs one row group, not the file. The tokenizer comes from `pinned_tokenizer`.
 """
 
 from __future__ import annotations
@@ -17,8 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .errors import BuildError
-from .hashing import check_schema, file_sha256
-from .manifest import manifest_path, read_manifest
+from .hashing import check_schema
 
 COLUMNS = ["input_ids", "loss_mask", "seq_start_id", "conversation_ids"]
 # Control characters would move the cursor or recolour the terminal (data can hold ANSI escapes);
@@ -159,70 +156,3 @@ def row_header(row: Row, total_rows: int) -> str:
 
 def _plural(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
-
-
-def manifest_beside(parquet: Path) -> dict | None:
-    path = manifest_path(parquet)
-    return read_manifest(path) if path.is_file() else None
-
-
-def _hub_cache(repo: str, revision: str) -> Path | None:
-    from .inputs import TOKENIZER_FILES, hub_snapshot
-
-    try:
-        path = hub_snapshot(repo, revision, "model", list(TOKENIZER_FILES), True, "")
-    except BuildError:  # not cached here: try the next place
-        return None
-    return path if (path / "tokenizer.json").is_file() else None
-
-
-def _from_configs(repo: str, revision: str) -> Path | None:
-    from .config import available_configs, load_config
-
-    for path in available_configs().values():
-        try:
-            spec = load_config(path).tokenizer
-        except BuildError:  # a broken config elsewhere must not stop showing this file
-            continue
-        if (spec.repo, spec.revision) == (repo, revision) and spec.dir is not None and spec.dir.is_dir():
-            return spec.dir
-    return None
-
-
-def _explicit(name_or_dir: str) -> Path:
-    directory = Path(name_or_dir).expanduser()
-    if directory.is_dir():
-        return directory
-    from .config import available_configs, load_config
-
-    if name_or_dir in available_configs():
-        spec = load_config(available_configs()[name_or_dir]).tokenizer
-        found = spec.dir if spec.dir is not None and spec.dir.is_dir() else _hub_cache(spec.repo, spec.revision)
-        if found is not None:
-            return found
-        raise BuildError(f"--tokenizer {name_or_dir}: the config's tokenizer is not on this machine; "
-                         f"run 'databuild fetch {name_or_dir}' or pass a directory")
-    raise BuildError(f"--tokenizer {name_or_dir}: not a directory nor a config name")
-
-
-def tokenizer_dir(parquet: Path, name_or_dir: str | None, manifest: dict | None) -> Path:
-    """The explicit one, else the manifest's pin from the hub cache or a config; checked against the pin."""
-    pin = ((manifest or {}).get("inputs") or {}).get("tokenizer") or {}
-    if name_or_dir is not None:
-        directory = _explicit(name_or_dir)
-    elif not pin.get("repo"):
-        raise BuildError(f"{parquet}: no manifest beside it names the tokenizer; pass --tokenizer DIR")
-    else:
-        directory = _hub_cache(pin["repo"], pin["revision"]) or _from_configs(pin["repo"], pin["revision"])
-        if directory is None:
-            raise BuildError(f"tokenizer {pin['repo']}@{pin['revision']} is neither in the hub cache nor "
-                             "the dir of a known config; pass --tokenizer DIR")
-    expected = (pin.get("sha256") or {}).get("tokenizer.json")
-    if expected is not None:
-        if not (directory / "tokenizer.json").is_file():
-            raise BuildError(f"{directory}: no tokenizer.json")
-        found = file_sha256(directory / "tokenizer.json")[0]
-        if found != expected:
-            raise BuildError(f"{directory}/tokenizer.json sha256 is {found}, the manifest pins {expected}; "
-                             "pass the tokenizer this file was built with")
-    return directory

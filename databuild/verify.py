@@ -30,6 +30,15 @@ class Expectation:
     decimals: int | None = None  # the ratio as a recipe shows it (rounded); None = exact
 
 
+@dataclass(frozen=True)
+class Expected:
+    """What a file must match: the checks, and from a manifest its row digests (to name the first
+    row that differs) and the library versions it was built with (to warn when they differ)."""
+    checks: list[Expectation]
+    row_digests: list[str] | None = None
+    built_with: dict[str, str] | None = None
+
+
 @dataclass
 class Report:
     failures: list[str]
@@ -91,8 +100,7 @@ def _compare(expectation: Expectation, found: Any) -> bool:
     return found == expectation.value
 
 
-def verify(parquet: Path, expectations: list[Expectation], row_digests: list[str] | None = None,
-           built_with: dict[str, str] | None = None) -> Report:
+def verify(parquet: Path, expected: Expected) -> Report:
     report = Report([], [])
     if not parquet.is_file():
         report.failures.append(f"{parquet}: no such file")
@@ -114,17 +122,17 @@ def verify(parquet: Path, expectations: list[Expectation], row_digests: list[str
     if summary is not None:
         found.update(rows_sha256=summary.rows_sha256, rows=summary.rows, row_tokens=summary.row_tokens,
                      supervised_token_ratio=summary.supervised_token_ratio, padding_tokens=0)
-    for expectation in expectations:
+    for expectation in expected.checks:
         if expectation.field not in found:
             continue  # the rows could not be read: already reported
         value = found[expectation.field]
         if not _compare(expectation, value):
             line = f"{expectation.field}: expected {expectation.value}, found {value} ({expectation.origin})"
-            if expectation.field == "rows_sha256" and row_digests and summary is not None:
-                line += _row_differences(row_digests, summary.row_digests)
+            if expectation.field == "rows_sha256" and expected.row_digests and summary is not None:
+                line += _row_differences(expected.row_digests, summary.row_digests)
             report.failures.append(line)
-    if built_with:
-        installed = library_versions()
+    if expected.built_with:
+        installed, built_with = library_versions(), expected.built_with
         for name in ("pyarrow", "numpy", "tokenizers", "transformers"):
             if built_with.get(name) and built_with.get(name) != installed.get(name):
                 report.warnings.append(f"built with {name} {built_with[name]}, installed {installed.get(name)}: "
@@ -132,8 +140,8 @@ def verify(parquet: Path, expectations: list[Expectation], row_digests: list[str
     return report
 
 
-def gather(parquet: Path, manifest: Path | None, recipe: Path | None, rows_sha256: str | None,
-           parquet_sha256: str | None) -> tuple[list[Expectation], list[str] | None, dict | None]:
+def gather(parquet: Path, manifest: Path | None = None, recipe: Path | None = None,
+           rows_sha256: str | None = None, parquet_sha256: str | None = None) -> Expected:
     """The expectations for a file: the given sources, or by default the manifest beside it."""
     expectations: list[Expectation] = []
     digests = versions = None
@@ -154,4 +162,4 @@ def gather(parquet: Path, manifest: Path | None, recipe: Path | None, rows_sha25
         expectations.append(Expectation("rows_sha256", rows_sha256.lower(), "--rows-sha256"))
     if parquet_sha256 is not None:
         expectations.append(Expectation("parquet_sha256", parquet_sha256.lower(), "--parquet-sha256"))
-    return expectations, digests, versions
+    return Expected(expectations, digests, versions)

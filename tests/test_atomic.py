@@ -41,7 +41,7 @@ def still_the_previous_build(out, tiny_build):
     assert names(out) == sorted([tiny_build.parquet.name, tiny_build.manifest.name])
     parquet = out / tiny_build.parquet.name
     assert parquet.read_bytes() == tiny_build.parquet.read_bytes()
-    assert verify(parquet, *gather(parquet, None, None, None, None)[:2]).failures == []
+    assert verify(parquet, gather(parquet)).failures == []
 
 
 def test_exception_after_k_batches(tiny_config, tiny_build, previous, tmp_path, monkeypatch):
@@ -114,7 +114,7 @@ def test_sigkill_mid_write_then_rerun(tiny_config, tiny_build, previous, tmp_pat
     assert partial.exists()  # what a SIGKILL leaves: under the temporary name only
     parquet = previous / tiny_build.parquet.name
     assert parquet.read_bytes() == tiny_build.parquet.read_bytes()
-    report = verify(parquet, *gather(parquet, None, None, None, None)[:2])
+    report = verify(parquet, gather(parquet))
     assert [f for f in report.failures if "incomplete build was left behind" in f]
     rerun = make(tiny_config, previous, progress=False)
     assert rerun.parquet.read_bytes() == tiny_build.parquet.read_bytes()

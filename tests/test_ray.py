@@ -12,7 +12,7 @@ ray = pytest.importorskip("ray")
 
 from databuild.build import make, prepare  # noqa: E402
 from databuild.config import resolve_config  # noqa: E402
-from databuild.encode import Encoder, encode_stream  # noqa: E402
+from databuild.encode import encode_stream  # noqa: E402
 from databuild.errors import BuildError  # noqa: E402
 from databuild.ray_executor import _connect, ray_encode_stream  # noqa: E402
 from databuild.render import Renderer  # noqa: E402

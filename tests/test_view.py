@@ -17,7 +17,8 @@ from databuild.cli import main
 from databuild.cli_view import report, show
 from databuild.config import resolve_config
 from databuild.render import load_tokenizer
-from databuild.show import decode_spans, open_parquet, read_rows, spans, tokenizer_dir
+from databuild.pinned_tokenizer import tokenizer_dir
+from databuild.show import decode_spans, open_parquet, read_rows, spans
 
 NAME = "muse-spark-tiny-fixed512-v1"
 
