@@ -11,7 +11,7 @@ from __future__ import annotations
 import tempfile
 import time
 from contextlib import closing
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import islice
 from pathlib import Path
 from typing import Any, Iterable, Iterator
@@ -19,7 +19,7 @@ from typing import Any, Iterable, Iterator
 from tqdm import tqdm
 
 from .config import BuildConfig
-from .encode import Encoder, encode_stream
+from .encode import Encoder, TokenizedConversation, encode_stream
 from .errors import BuildError
 from .hashing import RowsHasher, file_sha256
 from .inputs import ResolvedInputs, resolve_inputs
@@ -27,7 +27,7 @@ from .manifest import FORMAT, library_versions, manifest_path, write_manifest
 from .pack import PackStats, pack_rows
 from .permute import permutation
 from .render import Renderer, load_tokenizer
-from .source import Conversation, Malformed
+from .source import BadConversation, Conversation, SourceFile, locate_row
 from .spill import Spill, expected_prefix
 from .write import WRITER_OPTIONS, partial_path, publish, rows_per_group, write_rows
 
@@ -53,16 +53,34 @@ def separator_id(tokenizer, config: BuildConfig) -> tuple[str, int]:
     return token, int(token_id)
 
 
-def _without_malformed(conversations: Iterable[Conversation], malformed: dict[int, Malformed],
-                       skipped: list[Malformed]) -> Iterator[Conversation]:
+def _marked(conversations: Iterable[Conversation],
+            malformed: dict[int, BadConversation]) -> Iterator[Conversation]:
+    """The stream with each malformed conversation marked as such, so that it is skipped and counted
+    where the packer meets it, like any other it cannot build (the count then never depends on how
+    far the tokenizer ran ahead)."""
     for conversation in conversations:
-        if conversation.index in malformed:
-            skipped.append(malformed[conversation.index])
+        bad = malformed.get(conversation.index)
+        yield conversation if bad is None else replace(conversation, messages=(), problem=(bad.kind, bad.reason))
+
+
+def _buildable(tokenized: Iterable[TokenizedConversation], config: BuildConfig, files: list[SourceFile],
+               skipped: list[BadConversation]) -> Iterator[TokenizedConversation]:
+    """The stream without the conversations that cannot be built (malformed, refused by the template,
+    or unmaskable): skipped into `skipped` under `on_bad_conversation: skip`, else the build stops
+    at the first, naming it."""
+    for conversation in tokenized:
+        if conversation.problem is None:
+            yield conversation
             continue
-        yield conversation
+        kind, reason = conversation.problem
+        bad = BadConversation(conversation.index, *locate_row(files, conversation.index), conversation.id, reason, kind)
+        if config.on_bad_conversation == "error":
+            raise BuildError(f"conversation cannot be built ({kind}): {bad.message()}; "
+                             "set on_bad_conversation: skip in the config to skip and count such conversations")
+        skipped.append(bad)
 
 
-def _check_malformed(config: BuildConfig, found: list[Malformed]) -> dict[int, Malformed]:
+def _check_malformed(config: BuildConfig, found: list[BadConversation]) -> dict[int, BadConversation]:
     if found and config.on_bad_conversation == "error":
         more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
         raise BuildError(f"malformed conversation: {found[0].message()}{more}; "
@@ -80,14 +98,14 @@ class Prepared:
     inputs: ResolvedInputs
     separator: str
     separator_id: int
-    malformed: dict[int, Malformed]
+    malformed: dict[int, BadConversation]
     encoder: Encoder
     spill: Spill
     spill_dir: tempfile.TemporaryDirectory
 
-    def conversations(self, skipped: list[Malformed]) -> Iterator[Conversation]:
-        """The stream in permutation order, malformed conversations skipped into `skipped`."""
-        return _without_malformed(self.spill.conversations(), self.malformed, skipped)
+    def conversations(self) -> Iterator[Conversation]:
+        """The stream in permutation order, malformed conversations marked."""
+        return _marked(self.spill.conversations(), self.malformed)
 
     def __enter__(self) -> Prepared:
         return self
@@ -131,7 +149,7 @@ def _make(prepared: Prepared, out_dir: Path, workers: int, batch_size: int, prog
     config, inputs, encoder, sep_id = prepared.config, prepared.inputs, prepared.encoder, prepared.separator_id
     final = out_dir / f"{config.name}.parquet"
     stats, skipped, hasher = PackStats(), [], RowsHasher()
-    conversations = prepared.conversations(skipped)
+    conversations = prepared.conversations()
     if executor == "ray":
         from .ray_executor import ray_encode_stream
 
@@ -139,7 +157,8 @@ def _make(prepared: Prepared, out_dir: Path, workers: int, batch_size: int, prog
     else:
         stream = encode_stream(conversations, encoder, batch_size, workers)
     with closing(stream) as tokenized:
-        rows = islice(pack_rows(tokenized, config.row_tokens, sep_id, stats), config.rows)
+        buildable = _buildable(tokenized, config, list(inputs.source_files), skipped)
+        rows = islice(pack_rows(buildable, config.row_tokens, sep_id, stats), config.rows)
         # disable=None: a bar on a terminal, nothing in logs and CI
         bar = tqdm(rows, total=config.rows, unit="row", desc=config.name,
                    disable=None if progress is None else not progress, leave=False)
@@ -162,7 +181,7 @@ def _make(prepared: Prepared, out_dir: Path, workers: int, batch_size: int, prog
 
 
 def build_manifest(config: BuildConfig, inputs: ResolvedInputs, separator: str, sep_id: int, stats: PackStats,
-                   skipped: list[Malformed], malformed: list[Malformed], rows_sha256: str, row_digests: list[str],
+                   skipped: list[BadConversation], malformed: list[BadConversation], rows_sha256: str, row_digests: list[str],
                    parquet_sha256: str,
                    parquet_bytes: int, file_name: str) -> dict[str, Any]:
     total = stats.tokens_kept
@@ -207,7 +226,8 @@ def build_manifest(config: BuildConfig, inputs: ResolvedInputs, separator: str, 
             "source_conversations": sum(f.rows for f in inputs.source_files),
             "malformed_in_source": len(malformed),
             "conversations_read": stats.conversations_read,
-            "conversations_skipped": {"malformed": len(skipped)},
+            "conversations_skipped": {kind: sum(1 for b in skipped if b.kind == kind)
+                                      for kind in ("malformed", "template_error", "mask_error")},
             "separators_inserted": stats.separators_inserted,
             "rows_skipped": {"no_supervised_token": stats.rows_skipped_unsupervised},
             "by_source": {source: {"conversations": stats.conversations_by_source[source],

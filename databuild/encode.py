@@ -14,11 +14,12 @@ from collections import deque
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import islice
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, NamedTuple
 
 import numpy as np
 
-from .masks import STRATEGIES, place_assistant_contents, spans_to_mask
+from .errors import BuildError
+from .masks import STRATEGIES, MaskError, place_assistant_contents, spans_to_mask
 from .render import Renderer
 from .source import Conversation
 
@@ -31,6 +32,13 @@ class TokenizedConversation:
     source: str
     input_ids: np.ndarray  # int32
     loss_mask: np.ndarray  # int8, 1 = target
+    problem: tuple[str, str] | None = None  # (kind, reason) when it cannot be built; no tokens then
+
+
+class Unbuildable(NamedTuple):
+    """What render gives, in place of a text, for a conversation that cannot be built."""
+    kind: str
+    reason: str
 
 
 class Encoder:
@@ -54,28 +62,51 @@ class Encoder:
         self.__dict__.update({k: v for k, v in state.items() if k != "backend_json"})
         self._backend = Tokenizer.from_str(state["backend_json"])
 
-    def render(self, batch: list[Conversation]) -> list[str]:
-        return [self.renderer.render(c.messages) for c in batch]
+    def render(self, batch: list[Conversation]) -> list[str | Unbuildable]:
+        return [self._render(c) for c in batch]
 
-    def tokenize(self, texts: list[str]) -> list:
+    def _render(self, conversation: Conversation) -> str | Unbuildable:
+        if conversation.problem is not None:
+            return Unbuildable(*conversation.problem)
+        try:
+            return self.renderer.render(conversation.messages)
+        except BuildError:  # the config's fault (e.g. no pinned date), not this conversation's
+            raise
+        except Exception as exc:  # the template is code from the tokenizer repo; it may refuse a conversation
+            return Unbuildable("template_error", f"the chat template raised {type(exc).__name__}: {exc}")
+
+    def tokenize(self, texts: list[str | Unbuildable]) -> list:
         """The Rust part: runs on the tokenizer's threads with the GIL released."""
-        return self._backend.encode_batch(texts, add_special_tokens=False)
+        return self._backend.encode_batch([t if isinstance(t, str) else "" for t in texts], add_special_tokens=False)
 
-    def finish(self, batch: list[Conversation], texts: list[str], encodings: list) -> list[TokenizedConversation]:
+    def finish(self, batch: list[Conversation], texts: list[str | Unbuildable],
+               encodings: list) -> list[TokenizedConversation]:
         strategy = STRATEGIES[self.loss_mask]
         out = []
         for conversation, text, encoding in zip(batch, texts, encodings):
-            ids = np.fromiter(encoding.ids, dtype=np.int32)
-            placed = place_assistant_contents(conversation.id, conversation.messages, text, self.renderer.render)
-            spans = strategy(conversation.id, conversation.messages, text, placed, self.special_tokens)
-            mask = spans_to_mask(spans, encoding, len(ids))
+            if isinstance(text, Unbuildable):
+                out.append(_unbuildable(conversation, text.kind, text.reason))
+                continue
+            ids = np.fromiter(encoding.ids, dtype=np.int32, count=len(encoding))
+            try:
+                placed = place_assistant_contents(conversation.messages, text, self.renderer.render)
+                spans = strategy(conversation.messages, text, placed, self.special_tokens)
+            except MaskError as exc:
+                out.append(_unbuildable(conversation, "mask_error", str(exc)))
+                continue
             out.append(TokenizedConversation(conversation.position, conversation.index, conversation.id,
-                                             conversation.source, ids, mask))
+                                             conversation.source, ids, spans_to_mask(spans, encoding, len(ids))))
         return out
 
     def encode_batch(self, batch: list[Conversation]) -> list[TokenizedConversation]:
         texts = self.render(batch)
         return self.finish(batch, texts, self.tokenize(texts))
+
+
+def _unbuildable(conversation: Conversation, kind: str, reason: str) -> TokenizedConversation:
+    empty = np.zeros(0, dtype=np.int32)
+    return TokenizedConversation(conversation.position, conversation.index, conversation.id, conversation.source,
+                                 empty, empty.astype(np.int8), (kind, " ".join(reason.split("\n"))))
 
 
 def batches(items: Iterable[Conversation], size: int) -> Iterator[list[Conversation]]:

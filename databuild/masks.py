@@ -3,8 +3,8 @@
 Assistant contents are placed in the rendered text by character offsets (place_assistant_contents:
 exact even where a content also occurs elsewhere in the text); a strategy turns them into spans, and
 every token whose character range overlaps a span is marked (the rule transformers uses for
-`return_assistant_tokens_mask`). A strategy that cannot place or close a span raises, naming the
-conversation: no build trains on a mask it could not justify.
+`return_assistant_tokens_mask`). A strategy that cannot place or close a span raises MaskError,
+naming the message: no build trains on a mask it could not justify (the build names the conversation).
 
 - `assistant`: template-agnostic. Each non-empty assistant content, plus the special token the
   template writes right after it (its end-of-turn marker), which must be there.
@@ -34,12 +34,11 @@ class MaskError(BuildError):
     pass
 
 
-def _fail(conversation_id: str, message_index: int, why: str) -> MaskError:
-    return MaskError(f"conversation {conversation_id!r}: assistant message {message_index}: {why}")
+def _fail(message_index: int, why: str) -> MaskError:
+    return MaskError(f"assistant message {message_index}: {why}")
 
 
-def place_assistant_contents(conversation_id: str, messages, text: str,
-                             render: Callable[[tuple], str]) -> Placed:
+def place_assistant_contents(messages, text: str, render: Callable[[tuple], str]) -> Placed:
     """Where the template wrote each non-empty assistant content, in character offsets of text.
 
     When every content occurs exactly once in the text, in message order, that is its place. Otherwise
@@ -56,20 +55,23 @@ def place_assistant_contents(conversation_id: str, messages, text: str,
             all(found[k] + len(messages[wanted[k]][1]) <= found[k + 1] for k in range(len(found) - 1)):
         return [(i, f, f + len(messages[i][1])) for i, f in zip(wanted, found)]
     sentinels = {i: SENTINEL.format(i) for i in wanted}
-    marked = render(tuple((role, sentinels.get(i, content)) for i, (role, content) in enumerate(messages)))
+    try:
+        marked = render(tuple((role, sentinels.get(i, content)) for i, (role, content) in enumerate(messages)))
+    except Exception as exc:  # the template rendered the real contents, so it objects to the placeholders
+        raise _fail(wanted[0], f"the template refuses placeholder contents ({type(exc).__name__}: {exc})") from None
     placed, pieces, cursor, shift = [], [], 0, 0
     for i in wanted:
         at = marked.find(sentinels[i], cursor)
         if at < 0 or marked.find(sentinels[i], at + 1) >= 0:
-            raise _fail(conversation_id, i, "the template does not write its content exactly once, verbatim")
+            raise _fail(i, "the template does not write its content exactly once, verbatim")
         content = messages[i][1]
         placed.append((i, at + shift, at + shift + len(content)))
         pieces += [marked[cursor:at], content]
         cursor = at + len(sentinels[i])
         shift += len(content) - len(sentinels[i])
     if "".join(pieces) + marked[cursor:] != text:
-        raise _fail(conversation_id, wanted[0], "the rendered text depends on assistant content in a way "
-                                                "character spans cannot follow")
+        raise _fail(wanted[0], "the rendered text depends on assistant content in a way character spans "
+                               "cannot follow")
     return placed
 
 
@@ -82,27 +84,24 @@ def _only_place(text: str, content: str, probe_chars: int = 32) -> int:
     return at if at >= 0 and text.startswith(content, at) and text.find(probe, at + 1) < 0 else -1
 
 
-def assistant_spans(conversation_id: str, messages, text: str, placed: Placed,
-                    special_tokens: re.Pattern) -> Spans:
+def assistant_spans(messages, text: str, placed: Placed, special_tokens: re.Pattern) -> Spans:
     spans: Spans = []
     for index, start, end in placed:
         closing = special_tokens.match(text, end)
         if closing is None:
-            raise _fail(conversation_id, index, "no end-of-turn special token right after its content")
+            raise _fail(index, "no end-of-turn special token right after its content")
         spans.append((start, closing.end()))
     return spans
 
 
-def muse_spark_spans(conversation_id: str, messages, text: str, placed: Placed,
-                     special_tokens: re.Pattern) -> Spans:
+def muse_spark_spans(messages, text: str, placed: Placed, special_tokens: re.Pattern) -> Spans:
     spans: Spans = []
     last = len(messages) - 1
     for index, start, end in placed:
         closing = "<|return|>" if index == last else "<|end|>"
         if not text.startswith(closing, end) or text[max(0, start - len(MUSE_ASSISTANT_HEADER)):start] != \
                 MUSE_ASSISTANT_HEADER:
-            raise _fail(conversation_id, index, f"not written as '{MUSE_ASSISTANT_HEADER}CONTENT{closing}' "
-                                                "(not a harmony template?)")
+            raise _fail(index, f"not written as '{MUSE_ASSISTANT_HEADER}CONTENT{closing}' (not a harmony template?)")
         spans.append((start, end + len(closing)))
     return spans
 

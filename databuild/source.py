@@ -6,6 +6,7 @@ runs them in its first pass, before anything is rendered.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -29,6 +30,7 @@ class Conversation:
     id: str
     source: str
     messages: tuple[tuple[str, str], ...]  # (role, content)
+    problem: tuple[str, str] | None = None  # (kind, reason) when it cannot be built; no messages then
 
 
 @dataclass(frozen=True)
@@ -41,15 +43,24 @@ class SourceFile:
 
 
 @dataclass(frozen=True)
-class Malformed:
+class BadConversation:
+    """A conversation the build cannot use, and why: `kind` is malformed (the up-front check), or
+    template_error / mask_error (found when the stream renders it)."""
     index: int
     file: str
     row: int
     id: str
     reason: str
+    kind: str = "malformed"
 
     def message(self) -> str:
         return f"{self.file}: row {self.row} (id {self.id!r}): {self.reason}"
+
+
+def locate_row(files: list[SourceFile], index: int) -> tuple[str, int]:
+    """(file name, row within the file) of source row `index`."""
+    file = files[bisect.bisect_right([f.first_index for f in files], index) - 1]
+    return file.name, index - file.first_index
 
 
 def source_files(root: Path, split: str) -> list[SourceFile]:
@@ -136,8 +147,8 @@ def _malformed_rows(batch: pa.RecordBatch) -> dict[int, str]:
     return bad
 
 
-def check_batch(file: SourceFile, offset: int, batch: pa.RecordBatch) -> list[Malformed]:
+def check_batch(file: SourceFile, offset: int, batch: pa.RecordBatch) -> list[BadConversation]:
     """The batch's malformed rows (the batch starts at source row `offset`), in row order."""
     bad = _malformed_rows(batch)
-    return [Malformed(offset + row, file.name, offset + row - file.first_index,
+    return [BadConversation(offset + row, file.name, offset + row - file.first_index,
                       batch.column("id")[row].as_py() or "", bad[row]) for row in sorted(bad)]

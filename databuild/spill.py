@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 import pyarrow.ipc  # noqa: F401  (pa.ipc)
 
 from .permute import inverse_permutation
-from .source import COLUMNS, Conversation, Malformed, SourceFile, check_batch, iter_batches
+from .source import COLUMNS, BadConversation, Conversation, SourceFile, check_batch, iter_batches
 
 SPILL_THREADS = 2  # files decoded at once in a pass
 # Message bytes per token the first pass provides for: about twice what BPE tokenizers average
@@ -52,7 +52,7 @@ class Spill:
         self.spilled = 0
         self.passes = 0
 
-    def check_and_spill(self, prefix: int) -> list[Malformed]:
+    def check_and_spill(self, prefix: int) -> list[BadConversation]:
         """The first pass: every malformed row of the source (in source order); positions up to
         `prefix`, rounded up to whole buckets, spilled."""
         return self._pass(prefix, check=True)
@@ -68,14 +68,14 @@ class Spill:
     def _path(self, bucket: int) -> Path:
         return self.directory / f"bucket-{bucket:06d}.arrow"
 
-    def _pass(self, stop: int, check: bool) -> list[Malformed]:
+    def _pass(self, stop: int, check: bool) -> list[BadConversation]:
         # Whole buckets per pass, so that no bucket file is written by two passes.
         start, stop = self.spilled, min(self.size, -(-stop // self.window) * self.window)
         writers: dict[int, pa.ipc.RecordBatchFileWriter] = {}
         lock = threading.Lock()
 
-        def one_file(file: SourceFile) -> list[Malformed]:
-            found: list[Malformed] = []
+        def one_file(file: SourceFile) -> list[BadConversation]:
+            found: list[BadConversation] = []
             for offset, batch in iter_batches(file):
                 if check:
                     found += check_batch(file, offset, batch)

@@ -3,8 +3,11 @@ determinism across processes and settings, and bad input."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import REPO, TINY, write_config
+from conftest import REPO, TINY, TOKENIZER_DIR, write_config
 from databuild.build import make
 from databuild.config import load_config
 from databuild.errors import BuildError
@@ -135,17 +138,10 @@ def test_output_does_not_depend_on_workers_batches_windows_or_spill_passes(tiny_
     assert result.manifest.read_bytes() == tiny_build.manifest.read_bytes()
 
 
-def bad_source(tmp_path: Path) -> Path:
-    """A one-file source whose rows 1, 3, 4 and 6 are malformed."""
-    rows = [
-        ("ok-0", [("user", "hi"), ("assistant", "hello")]),
-        ("bad-role", [("user", "hi"), ("robot", "beep")]),
-        ("ok-2", [("user", "a"), ("assistant", "b")]),
-        ("bad-empty", []),
-        ("bad-null", [("user", None), ("assistant", "x")]),
-        ("ok-5", [("user", "c"), ("assistant", "d")]),
-        ("", [("user", "e"), ("assistant", "f")]),
-    ] + [(f"ok-{i}", [("user", f"question {i} " * 30), ("assistant", f"answer {i} " * 30)]) for i in range(7, 40)]
+OK_ROWS = [(f"ok-{i}", [("user", f"question {i} " * 30), ("assistant", f"answer {i} " * 30)]) for i in range(7, 40)]
+
+
+def write_source(tmp_path: Path, rows) -> Path:
     kind = pa.list_(pa.struct([("content", pa.string()), ("role", pa.string())]))
     table = pa.table({"id": [r[0] for r in rows],
                       "messages": pa.array([[{"content": c, "role": role} for role, c in r[1]] for r in rows], kind),
@@ -153,6 +149,34 @@ def bad_source(tmp_path: Path) -> Path:
     (tmp_path / "src" / "data").mkdir(parents=True)
     pq.write_table(table, tmp_path / "src" / "data" / "train-00000-of-00001.parquet")
     return tmp_path / "src"
+
+
+def bad_source(tmp_path: Path) -> Path:
+    """A one-file source whose rows 1, 3, 4 and 6 are malformed."""
+    return write_source(tmp_path, [
+        ("ok-0", [("user", "hi"), ("assistant", "hello")]),
+        ("bad-role", [("user", "hi"), ("robot", "beep")]),
+        ("ok-2", [("user", "a"), ("assistant", "b")]),
+        ("bad-empty", []),
+        ("bad-null", [("user", None), ("assistant", "x")]),
+        ("ok-5", [("user", "c"), ("assistant", "d")]),
+        ("", [("user", "e"), ("assistant", "f")]),
+    ] + OK_ROWS)
+
+
+def strict_tokenizer(tmp_path: Path) -> dict:
+    """The fixture tokenizer with a template that refuses answers mentioning "answer 1" (ok-10..ok-19),
+    as the config's `tokenizer` block."""
+    directory = tmp_path / "strict-tokenizer"
+    shutil.copytree(TOKENIZER_DIR, directory)
+    template = (TOKENIZER_DIR / "chat_template.jinja").read_text().replace(
+        '{{- "<|start|>assistant<|channel|>final<|message|>" -}}',
+        '{%- if "answer 1" in message.content -%}{{- raise_exception("no answer 1x, please") -}}{%- endif -%}'
+        '{{- "<|start|>assistant<|channel|>final<|message|>" -}}')
+    (directory / "chat_template.jinja").write_text(template)
+    pins = {name: hashlib.sha256((directory / name).read_bytes()).hexdigest()
+            for name in ("tokenizer.json", "chat_template.jinja")}
+    return {"dir": str(directory), "sha256": pins}
 
 
 def test_malformed_conversation_is_one_line_naming_file_row_and_id(tmp_path):
@@ -178,6 +202,39 @@ def test_skip_policy_counts_and_lists_every_skip(tmp_path):
     assert listed <= {(1, "bad-role", "message 1"), (3, "bad-empty", "missing or empty 'messages'"),
                       (4, "bad-null", "message 0"), (6, "", "missing or empty id")}
     assert counts["conversations_read"] + counts["conversations_skipped"]["malformed"] >= 2
+
+
+def test_a_conversation_the_template_refuses_is_one_line_naming_file_row_and_id(tmp_path):
+    config = write_config(tmp_path / "strict.yaml", source={"dir": str(write_source(tmp_path, OK_ROWS))},
+                          tokenizer=strict_tokenizer(tmp_path), rows=4)
+    out = tmp_path / "out"
+    result = run_cli("make", str(config), "--out", str(out))
+    assert result.returncode == 1
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    assert re.search(r"^error: conversation cannot be built \(template_error\): data/train-00000-of-00001.parquet: "
+                     r"row (\d+) \(id 'ok-1\d'\): the chat template raised TemplateError: no answer 1x, please; "
+                     r"set on_bad_conversation: skip", result.stderr)
+    row = int(re.search(r"row (\d+)", result.stderr).group(1))
+    assert f"id 'ok-{row + 7}'" in result.stderr  # OK_ROWS start at ok-7
+    assert not out.exists() or not any(out.iterdir())
+
+
+@pytest.mark.parametrize("workers, batch_size", [(1, 1), (2, 5)])
+def test_skips_are_counted_where_the_stream_meets_them(tmp_path, workers, batch_size):
+    """Skipped conversations are counted in stream order, up to the last one the build packs:
+    neither the tokenizer running ahead (batch size, workers) nor the kind of skip changes the count."""
+    config = load_config(write_config(tmp_path / "c.yaml", source={"dir": str(bad_source(tmp_path))},
+                                      tokenizer=strict_tokenizer(tmp_path), rows=4, on_bad_conversation="skip"))
+    ahead = make(config, tmp_path / "ahead", batch_size=256, progress=False)  # reads the whole source ahead
+    result = make(config, tmp_path / "out", workers=workers, batch_size=batch_size, progress=False)
+    assert result.manifest.read_bytes() == ahead.manifest.read_bytes()
+    counts = result.data["counts"]
+    skipped = counts["conversations_skipped"]
+    assert skipped["template_error"] > 0 and skipped["mask_error"] == 0
+    assert skipped["malformed"] < counts["malformed_in_source"] == 4  # some lie beyond the last row built
+    listed = result.data["skipped_conversations"]
+    assert [b["kind"] for b in listed].count("template_error") == skipped["template_error"]
+    assert all(b["id"] in {f"ok-{i}" for i in range(10, 20)} for b in listed if b["kind"] == "template_error")
 
 
 def test_source_running_out_fails_and_writes_nothing(tmp_path):

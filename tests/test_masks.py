@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from databuild.encode import Encoder
-from databuild.masks import MaskError, _only_place
+from databuild.masks import _only_place
 from databuild.render import Renderer
 from databuild.source import Conversation
 
@@ -107,13 +107,27 @@ def test_assistant_strategy_agrees_with_transformers(tokenizer, source_conversat
 
 
 def test_muse_spark_refuses_a_non_harmony_template(tokenizer):
-    with pytest.raises(MaskError, match="conversation 'c-7': assistant message 1"):
-        encode(tokenizer, CASES["single turn"], "muse_spark", CHATML, "c-7")
+    out = encode(tokenizer, CASES["single turn"], "muse_spark", CHATML, "c-7")
+    assert out.problem[0] == "mask_error" and out.problem[1].startswith("assistant message 1: not written as")
+    assert len(out.input_ids) == len(out.loss_mask) == 0
 
 
 def test_assistant_strategy_refuses_a_content_it_cannot_place(tokenizer):
-    with pytest.raises(MaskError, match="conversation 'c-8': assistant message 1"):
-        encode(tokenizer, [("user", "hi"), ("assistant", "  padded answer  ")], "assistant", TRIMMING, "c-8")
+    out = encode(tokenizer, [("user", "hi"), ("assistant", "  padded answer  ")], "assistant", TRIMMING, "c-8")
+    assert out.problem == ("mask_error", "assistant message 1: the rendered text depends on assistant content in "
+                                         "a way character spans cannot follow")
+
+
+def test_a_template_that_raises_refuses_that_conversation_only(tokenizer):
+    strict = ("{% for m in messages %}{% if m.role == 'system' %}{{ raise_exception('no system role, please') }}"
+              "{% endif %}{{ m.role }}: {{ m.content }}<|end|>{% endfor %}")
+    renderer = Renderer(strict, dict(tokenizer.special_tokens_map), KWARGS)
+    refused, fine = Encoder(tokenizer, renderer, "assistant").encode_batch([
+        Conversation(0, 0, "c-1", "s", (("system", "be brief"), ("user", "hi"), ("assistant", "hello"))),
+        Conversation(1, 1, "c-2", "s", (("user", "hi"), ("assistant", "hello"))),
+    ])
+    assert refused.problem == ("template_error", "the chat template raised TemplateError: no system role, please")
+    assert fine.problem is None and fine.loss_mask.sum() > 0
 
 
 @pytest.mark.skipif(not (PHI3 / "tokenizer.json").exists(), reason="reference tokenizer not beside the repo")
