@@ -11,6 +11,9 @@ import click
 
 # transformers advises about PyTorch on import; a data builder never needs it.
 os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+# Download bars only on a terminal, as for the build's own bar: a log gets the result lines alone.
+if not sys.stderr.isatty():
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 from .errors import BuildError
 

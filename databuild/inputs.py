@@ -44,24 +44,46 @@ def _fetch_hint(config: BuildConfig) -> str:
     return f"run 'databuild fetch {config.name}' where the hub is reachable"
 
 
+NETWORK_HINT = "check the network, HF_ENDPOINT and any proxy settings"
+
+
 def hub_snapshot(repo: str, revision: str, repo_type: str, patterns: list[str], offline: bool,
                  hint: str) -> Path:
     """The cached snapshot of repo at revision (downloading the patterns unless offline); `hint`
     ends the one-line error when it is not to be had."""
     from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError
-    from huggingface_hub.errors import HFValidationError, RevisionNotFoundError
+    from huggingface_hub.errors import (GatedRepoError, HfHubHTTPError, HFValidationError, LocalEntryNotFoundError,
+                                        RepositoryNotFoundError, RevisionNotFoundError)
 
+    where = f"{repo_type} {repo}@{revision}"
     try:
         path = snapshot_download(repo, repo_type=repo_type, revision=revision, allow_patterns=patterns,
                                  local_files_only=offline)
     except LocalEntryNotFoundError:
         why = "not in the hub cache and offline" if offline else "the hub is unreachable and it is not in the cache"
-        raise BuildError(f"{repo_type} {repo}@{revision}: {why}; {hint}") from None
-    except (RepositoryNotFoundError, RevisionNotFoundError, HfHubHTTPError, HFValidationError, OSError) as exc:
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise BuildError(f"{repo_type} {repo}@{revision}: {first_line}") from None
+        raise BuildError(f"{where}: {why}; {hint}") from None
+    # huggingface_hub's own messages for these start with the bare status line: say what it means.
+    except GatedRepoError as exc:
+        raise BuildError(f"{where}: gated on the hub ({_status(exc)}): set HF_TOKEN to a token that was "
+                         "granted access") from None
+    except RepositoryNotFoundError as exc:
+        raise BuildError(f"{where}: no such repo on the hub ({_status(exc)}; a private one needs HF_TOKEN)") from None
+    except RevisionNotFoundError as exc:
+        raise BuildError(f"{where}: no such commit in the repo ({_status(exc)})") from None
+    except HfHubHTTPError as exc:
+        raise BuildError(f"{where}: {_status(exc)}" + (f": {exc.server_message}" if exc.server_message else "")) from None
+    except (HFValidationError, OSError) as exc:
+        raise BuildError(f"{where}: {_first_line(exc)}") from None
     return Path(path)
+
+
+def _status(exc) -> str:
+    response = getattr(exc, "response", None)
+    return f"HTTP {response.status_code}" if response is not None else _first_line(exc)
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
 def check_cached_blob(path: Path, where: str, sha256: str | None = None) -> None:
@@ -153,8 +175,8 @@ def fetch(config: BuildConfig) -> ResolvedInputs:
     """Download exactly the pinned files into the hub cache, then check them as a build would."""
     if config.source.dir is None:
         hub_snapshot(config.source.repo, config.source.revision, "dataset",
-                     [f"data/{config.source.split}-*.parquet"], False, _fetch_hint(config))
+                     [f"data/{config.source.split}-*.parquet"], False, NETWORK_HINT)
     if config.tokenizer.dir is None:
         hub_snapshot(config.tokenizer.repo, config.tokenizer.revision, "model", list(TOKENIZER_FILES), False,
-                     _fetch_hint(config))
+                     NETWORK_HINT)
     return resolve_inputs(config, offline=True)
