@@ -129,10 +129,12 @@ def prepare(config: BuildConfig, offline: bool = False, window: int = DEFAULT_WI
         if spill_prefix is None:
             spill_prefix = expected_prefix(inputs.source_files, config.rows * config.row_tokens)
         malformed = _check_malformed(config, spill.check_and_spill(spill_prefix))
+        renderer = Renderer.for_tokenizer(tokenizer, config.template_kwargs_dict)
+        renderer.compile()
+        encoder = Encoder(tokenizer, renderer, config.loss_mask)
     except BaseException:
         spill_dir.cleanup()
         raise
-    encoder = Encoder(tokenizer, Renderer.for_tokenizer(tokenizer, config.template_kwargs_dict), config.loss_mask)
     return Prepared(config, inputs, separator, sep_id, malformed, encoder, spill, spill_dir)
 
 
@@ -167,8 +169,8 @@ def _make(prepared: Prepared, out_dir: Path, workers: int, batch_size: int, prog
     if written < config.rows:
         partial.unlink(missing_ok=True)
         raise BuildError(f"the source ran out: {written} rows kept of the {config.rows} the config asks for "
-                         f"({stats.conversations_read} conversations, {stats.rows_skipped_unsupervised} rows "
-                         "skipped without targets)")
+                         f"({stats.conversations_read} conversations packed, {len(skipped)} skipped as bad, "
+                         f"{stats.rows_skipped_unsupervised} rows skipped without targets)")
     parquet_sha256, parquet_bytes = file_sha256(partial)
     manifest = build_manifest(config, inputs, prepared.separator, sep_id, stats, skipped,
                               list(prepared.malformed.values()),
@@ -181,9 +183,8 @@ def _make(prepared: Prepared, out_dir: Path, workers: int, batch_size: int, prog
 
 
 def build_manifest(config: BuildConfig, inputs: ResolvedInputs, separator: str, sep_id: int, stats: PackStats,
-                   skipped: list[BadConversation], malformed: list[BadConversation], rows_sha256: str, row_digests: list[str],
-                   parquet_sha256: str,
-                   parquet_bytes: int, file_name: str) -> dict[str, Any]:
+                   skipped: list[BadConversation], malformed: list[BadConversation], rows_sha256: str,
+                   row_digests: list[str], parquet_sha256: str, parquet_bytes: int, file_name: str) -> dict[str, Any]:
     total = stats.tokens_kept
     return {
         "format": FORMAT,

@@ -72,6 +72,8 @@ class Encoder:
             return self.renderer.render(conversation.messages)
         except BuildError:  # the config's fault (e.g. no pinned date), not this conversation's
             raise
+        except MACHINE_LIMITS as exc:
+            raise _machine_limit(conversation, exc) from None
         except Exception as exc:  # the template is code from the tokenizer repo; it may refuse a conversation
             return Unbuildable("template_error", f"the chat template raised {type(exc).__name__}: {exc}")
 
@@ -94,6 +96,8 @@ class Encoder:
             except MaskError as exc:
                 out.append(_unbuildable(conversation, "mask_error", str(exc)))
                 continue
+            except MACHINE_LIMITS as exc:
+                raise _machine_limit(conversation, exc) from None
             out.append(TokenizedConversation(conversation.position, conversation.index, conversation.id,
                                              conversation.source, ids, spans_to_mask(spans, encoding, len(ids))))
         return out
@@ -101,6 +105,16 @@ class Encoder:
     def encode_batch(self, batch: list[Conversation]) -> list[TokenizedConversation]:
         texts = self.render(batch)
         return self.finish(batch, texts, self.tokenize(texts))
+
+
+# Where these strike depends on the thread's stack depth and the machine's memory, not on the
+# conversation alone: counting the conversation as bad would let the workers change the output.
+MACHINE_LIMITS = (RecursionError, MemoryError)
+
+
+def _machine_limit(conversation: Conversation, exc: BaseException) -> BuildError:
+    return BuildError(f"conversation {conversation.id!r} (source row {conversation.index}): rendering it hit a "
+                      f"{type(exc).__name__}, a limit of this machine, not of the conversation; nothing was written")
 
 
 def _unbuildable(conversation: Conversation, kind: str, reason: str) -> TokenizedConversation:

@@ -71,9 +71,13 @@ def hub_snapshot(repo: str, revision: str, repo_type: str, patterns: list[str], 
     except RevisionNotFoundError as exc:
         raise BuildError(f"{where}: no such commit in the repo ({_status(exc)})") from None
     except HfHubHTTPError as exc:
-        raise BuildError(f"{where}: {_status(exc)}" + (f": {exc.server_message}" if exc.server_message else "")) from None
+        detail = f": {exc.server_message}" if exc.server_message else ""
+        raise BuildError(f"{where}: {_status(exc)}{detail}") from None
     except (HFValidationError, OSError) as exc:
         raise BuildError(f"{where}: {_first_line(exc)}") from None
+    except Exception as exc:  # the transport's own errors (a connection cut mid-file): still one line
+        raise BuildError(f"{where}: download failed ({type(exc).__name__}: {_first_line(exc)}); "
+                         "run it again: finished files stay in the cache") from None
     return Path(path)
 
 

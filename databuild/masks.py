@@ -57,6 +57,8 @@ def place_assistant_contents(messages, text: str, render: Callable[[tuple], str]
     sentinels = {i: SENTINEL.format(i) for i in wanted}
     try:
         marked = render(tuple((role, sentinels.get(i, content)) for i, (role, content) in enumerate(messages)))
+    except (BuildError, RecursionError, MemoryError):  # the config's or the machine's, not the conversation's
+        raise
     except Exception as exc:  # the template rendered the real contents, so it objects to the placeholders
         raise _fail(wanted[0], f"the template refuses placeholder contents ({type(exc).__name__}: {exc})") from None
     placed, pieces, cursor, shift = [], [], 0, 0
@@ -76,9 +78,10 @@ def place_assistant_contents(messages, text: str, render: Callable[[tuple], str]
 
 
 def _only_place(text: str, content: str, probe_chars: int = 32) -> int:
-    """Where content occurs in text if it occurs exactly once, else -1. Every occurrence of content
-    starts with an occurrence of its first characters, so one place for those, with content there,
-    is one place for content; searching for a short probe is about twice as fast as for the whole."""
+    """Where content occurs in text when a cheap test proves it occurs there only, else -1 (the caller
+    then places it by sentinels). Every occurrence of content starts with an occurrence of its first
+    characters, so one place for those, with content there, is the one place for content; searching
+    for a short probe is about twice as fast as for the whole."""
     probe = content[:probe_chars]
     at = text.find(probe)
     return at if at >= 0 and text.startswith(content, at) and text.find(probe, at + 1) < 0 else -1

@@ -12,7 +12,7 @@ at most 2*workers batches are in flight and the driver holds the window, never t
 
 Ray Data is not used. Its inputs are files read by the workers or collections already in memory
 (`from_items` takes the whole list); ours is a generator on the driver (the permutation-order window
-reader, with the malformed conversations taken out), and the source files need not be on the
+reader, malformed conversations marked), and the source files need not be on the
 workers at all. Ray Data's `map_batches` over an actor pool would add an order-preserving streaming
 executor around the same pool, with nothing to stream from.
 """
@@ -128,7 +128,7 @@ def _stream(ray, conversations: Iterable[Conversation], encoder: Encoder, batch_
             try:
                 return ray.get(ref)
             except RayTaskError as exc:
-                # A BuildError raised by encode_batch (a mask it cannot justify, ...) reaches the
+                # A BuildError raised by encode_batch (a template reading an unpinned clock, ...) reaches the
                 # user as the local executor reports it: one line, not a remote traceback.
                 if isinstance(exc.cause, BuildError):
                     raise exc.cause from None

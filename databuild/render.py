@@ -79,11 +79,24 @@ class Renderer:
     def for_tokenizer(cls, tokenizer, template_kwargs: dict[str, Any]) -> Renderer:
         return cls(tokenizer.chat_template, dict(tokenizer.special_tokens_map), template_kwargs)
 
-    def render(self, messages: tuple[tuple[str, str], ...]) -> str:
+    def compile(self) -> None:
+        """Compile the template now: a template that does not compile is the config's error, found
+        before the build starts, not an error of the first conversation rendered."""
+        from jinja2 import TemplateError
+
+        try:
+            self._template()
+        except TemplateError as exc:
+            raise BuildError(f"the chat template does not compile: {type(exc).__name__}: {exc}".replace("\n", " "))
+
+    def _template(self):
         if self._prepared is None:
             template = _compiled(self.chat_template, self.current_date)
             self._prepared = template, {**template.globals, **self.variables}
-        template, shared = self._prepared
+        return self._prepared
+
+    def render(self, messages: tuple[tuple[str, str], ...]) -> str:
+        template, shared = self._template()
         # Template.render, less merging the globals into the variables on every call: with
         # shared=True the context takes the dict as it is.
         context = template.new_context({**shared, "messages": [{"role": r, "content": c} for r, c in messages]},

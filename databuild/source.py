@@ -20,6 +20,9 @@ from .errors import BuildError
 
 ROLES = ("system", "developer", "user", "assistant")
 COLUMNS = ["id", "messages", "source"]
+SOURCE_SCHEMA = pa.schema([("id", pa.string()),
+                           ("messages", pa.list_(pa.struct([("content", pa.string()), ("role", pa.string())]))),
+                           ("source", pa.string())])
 READ_BATCH_ROWS = 4096
 
 
@@ -114,11 +117,17 @@ def _check_schema(schema: pa.Schema, name: str) -> None:
 
 
 def iter_batches(file: SourceFile) -> Iterator[tuple[int, pa.RecordBatch]]:
-    """(index of the batch's first row in the whole source, batch), streaming."""
+    """(index of the batch's first row in the whole source, batch), streaming, every batch in
+    SOURCE_SCHEMA whatever the file's flavour of strings, lists and struct field order, so that rows
+    of different files can share a bucket file."""
     offset = file.first_index
-    for batch in pq.ParquetFile(file.path).iter_batches(batch_size=READ_BATCH_ROWS, columns=COLUMNS):
-        yield offset, batch
-        offset += batch.num_rows
+    try:
+        for batch in pq.ParquetFile(file.path).iter_batches(batch_size=READ_BATCH_ROWS, columns=COLUMNS):
+            yield offset, batch.select(COLUMNS).cast(SOURCE_SCHEMA)
+            offset += batch.num_rows
+    except (OSError, pa.ArrowException) as exc:
+        raise BuildError(f"{file.name}: unreadable after row {offset - file.first_index}: "
+                         f"{' '.join(str(exc).split())}") from None
 
 
 def _malformed_rows(batch: pa.RecordBatch) -> dict[int, str]:

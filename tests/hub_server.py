@@ -63,7 +63,8 @@ class HubServer:
     """Serves in-memory repos {(repo_type, repo_id, commit): {path: bytes}}; `tokens` {(repo_type,
     repo_id): token} makes a repo gated (401 without a token, 403 with another one). Every request
     is kept in `requests`, in arrival order. `lfs` {sha256: bytes} is what the CDN serves: a test
-    may alter it to play a transfer that went wrong. Use as a context manager; `url` is the HF_ENDPOINT."""
+    may alter it to play a transfer that went wrong, and `cut_lfs_after` N makes the CDN close the
+    connection after N bytes of a file. Use as a context manager; `url` is the HF_ENDPOINT."""
 
     def __init__(self, repos: dict[tuple[str, str, str], Files], tokens: dict[tuple[str, str], str] | None = None):
         self.repos = repos
@@ -71,6 +72,7 @@ class HubServer:
         self.lfs = {hashlib.sha256(data).hexdigest(): data for files in repos.values()
                     for path, data in files.items() if is_lfs(path, data)}
         self.requests: list[Request] = []
+        self.cut_lfs_after: int | None = None
         self._lock = threading.Lock()
         self._hub = _Server(("127.0.0.1", 0), self._handler("hub"))
         self._cdn = _Server(("127.0.0.1", 0), self._handler("cdn"))
@@ -114,7 +116,10 @@ class HubServer:
         for name, value in {**headers, "Content-Length": str(len(payload))}.items():
             handler.send_header(name, value)
         handler.end_headers()
-        if body:
+        if body and origin == "cdn" and self.cut_lfs_after is not None:
+            handler.wfile.write(payload[:self.cut_lfs_after])
+            handler.close_connection = True
+        elif body:
             handler.wfile.write(payload)
 
     def _cdn_response(self, path: str) -> tuple[int, dict, bytes]:

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import REPO, TINY, TOKENIZER_DIR, write_config
+from conftest import REPO, SOURCE_DIR, TINY, TOKENIZER_DIR, write_config
 from databuild.build import make
 from databuild.config import load_config
 from databuild.errors import BuildError
@@ -197,11 +197,16 @@ def test_skip_policy_counts_and_lists_every_skip(tmp_path):
     result = make(config, tmp_path / "out", progress=False)
     counts = result.data["counts"]
     assert counts["malformed_in_source"] == 4
-    listed = {(m["row"], m["id"], m["reason"].split(":")[0]) for m in result.data["skipped_conversations"]}
-    assert len(listed) == counts["conversations_skipped"]["malformed"]
-    assert listed <= {(1, "bad-role", "message 1"), (3, "bad-empty", "missing or empty 'messages'"),
-                      (4, "bad-null", "message 0"), (6, "", "missing or empty id")}
-    assert counts["conversations_read"] + counts["conversations_skipped"]["malformed"] >= 2
+    # Expected: the malformed rows the stream meets before the last conversation packed, in stream order.
+    order = np.random.default_rng(42).permutation(40).tolist()
+    last_id = pq.read_table(result.parquet).column("conversation_ids")[-1].as_py()[-1]
+    last = order.index(int(last_id.removeprefix("ok-")))
+    reasons = {1: "message 1", 3: "missing or empty 'messages'", 4: "message 0", 6: "missing or empty id"}
+    expected = [(row, reasons[row]) for row in order[:last] if row in reasons]
+    listed = [(m["row"], m["reason"].split(":")[0]) for m in result.data["skipped_conversations"]]
+    assert expected and listed == expected
+    assert counts["conversations_skipped"] == {"malformed": len(expected), "template_error": 0, "mask_error": 0}
+    assert counts["conversations_read"] == last + 1 - len(expected)
 
 
 def test_a_conversation_the_template_refuses_is_one_line_naming_file_row_and_id(tmp_path):
@@ -235,6 +240,46 @@ def test_skips_are_counted_where_the_stream_meets_them(tmp_path, workers, batch_
     listed = result.data["skipped_conversations"]
     assert [b["kind"] for b in listed].count("template_error") == skipped["template_error"]
     assert all(b["id"] in {f"ok-{i}" for i in range(10, 20)} for b in listed if b["kind"] == "template_error")
+
+
+def test_files_of_other_string_and_list_flavours_give_the_same_rows(tiny_build, tmp_path):
+    """The Tulu schema comes as string or large_string, list or large_list, struct fields in either
+    order: one source mixing them builds the same bytes as the fixture."""
+    (tmp_path / "src" / "data").mkdir(parents=True)
+    first, second = sorted((SOURCE_DIR / "data").glob("*.parquet"))
+    shutil.copy(first, tmp_path / "src" / "data" / first.name)
+    table = pq.read_table(second)
+    large = pa.large_list(pa.struct([("role", pa.large_string()), ("content", pa.large_string())]))
+    table = pa.table({"source": table.column("source").cast(pa.large_string()),
+                      "messages": table.column("messages").cast(large),
+                      "id": table.column("id").cast(pa.large_string())})
+    pq.write_table(table, tmp_path / "src" / "data" / second.name)
+    config = load_config(write_config(tmp_path / "c.yaml", source={"dir": str(tmp_path / "src")}))
+    result = make(config, tmp_path / "out", progress=False)
+    assert result.parquet.read_bytes() == tiny_build.parquet.read_bytes()
+
+
+def test_an_unreadable_source_file_is_one_line_naming_it(tmp_path):
+    shutil.copytree(SOURCE_DIR, tmp_path / "src")
+    damaged = sorted((tmp_path / "src" / "data").glob("*.parquet"))[1]
+    data = bytearray(damaged.read_bytes())
+    data[200:2000] = bytes(b ^ 0x5A for b in data[200:2000])  # page headers and data of the first column
+    damaged.write_bytes(bytes(data))
+    config = write_config(tmp_path / "c.yaml", source={"dir": str(tmp_path / "src")})
+    result = run_cli("make", str(config), "--out", str(tmp_path / "out"))
+    assert result.returncode == 1
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    assert result.stderr.startswith(f"error: data/{damaged.name}: unreadable after row 0: ")
+
+
+def test_a_template_that_does_not_compile_is_named_before_the_build(tmp_path):
+    tokenizer = strict_tokenizer(tmp_path)
+    template = Path(tokenizer["dir"]) / "chat_template.jinja"
+    template.write_text(template.read_text() + "{% if %}")
+    tokenizer["sha256"]["chat_template.jinja"] = hashlib.sha256(template.read_bytes()).hexdigest()
+    config = load_config(write_config(tmp_path / "c.yaml", tokenizer=tokenizer, on_bad_conversation="skip"))
+    with pytest.raises(BuildError, match="^the chat template does not compile: TemplateSyntaxError: "):
+        make(config, tmp_path / "out", progress=False)
 
 
 def test_source_running_out_fails_and_writes_nothing(tmp_path):

@@ -147,6 +147,31 @@ def test_a_commit_the_hub_does_not_have_is_named(tmp_path):
     assert_one_line_error(result, f"dataset {SOURCE_REPO}@{missing}: no such commit in the repo (HTTP 404)")
 
 
+def test_a_repo_the_hub_does_not_have_is_named(tmp_path):
+    config = write_config(tmp_path / f"{TINY}.yaml", source={"dir": None, "repo": "databuild-fixtures/nothing"},
+                          tokenizer={"dir": None})
+    with HubServer(fixture_repos()) as server:
+        result = run(server, tmp_path / "hf", "fetch", str(config))
+    assert_one_line_error(result, f"dataset databuild-fixtures/nothing@{SOURCE_COMMIT}: no such repo on the hub "
+                                  "(HTTP 404; a private one needs HF_TOKEN)")
+
+
+def test_a_download_cut_short_is_one_line_and_a_rerun_completes_it(tmp_path):
+    config = hub_config(tmp_path)
+    with HubServer(fixture_repos()) as server:
+        server.cut_lfs_after = 10
+        cut = run(server, tmp_path / "hf", "fetch", str(config))
+        # huggingface_hub logs each retry first; databuild's own report is the one last line
+        assert cut.returncode == 1 and "Traceback" not in cut.stderr
+        last = cut.stderr.splitlines()[-1]
+        assert last.startswith(f"error: dataset {SOURCE_REPO}@{SOURCE_COMMIT}: download failed (") and \
+            last.endswith("run it again: finished files stay in the cache"), cut.stderr
+        server.cut_lfs_after = None
+        result = run(server, tmp_path / "hf", "make", str(config), "--out", str(tmp_path / "out"))
+        assert result.returncode == 0, result.stderr
+    assert_golden(tmp_path / "out")
+
+
 def test_served_tokenizer_that_is_not_the_pinned_one_is_refused(tmp_path):
     served = (TOKENIZER_DIR / "tokenizer.json").read_bytes() + b"\n"
     pinned = hashlib.sha256((TOKENIZER_DIR / "tokenizer.json").read_bytes()).hexdigest()

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from databuild.encode import Encoder
+from databuild.errors import BuildError
 from databuild.masks import _only_place
 from databuild.render import Renderer
 from databuild.source import Conversation
@@ -164,3 +165,12 @@ def test_span_edges_follow_the_overlap_rule(tokenizer, text):
 ])
 def test_only_place_is_the_place_of_a_unique_occurrence(text, content, place):
     assert _only_place(text, content) == place
+
+
+def test_a_machine_limit_stops_the_build_rather_than_skipping(tokenizer):
+    """Where recursion runs out depends on the thread's stack, not on the conversation: counting it
+    as a bad conversation would let the number of workers change the output."""
+    deep = "{%- macro down(n) -%}{%- if n > 0 -%}{{- down(n - 1) -}}{%- endif -%}{%- endmacro -%}{{- down(100000) -}}"
+    renderer = Renderer(deep + tokenizer.chat_template, dict(tokenizer.special_tokens_map), KWARGS)
+    with pytest.raises(BuildError, match=r"^conversation 'c-1' \(source row 0\): rendering it hit a RecursionError"):
+        Encoder(tokenizer, renderer, "muse_spark").encode_batch([Conversation(0, 0, "c-1", "s", CASES["single turn"])])
