@@ -6,6 +6,7 @@ message that points at it, never halfway through a build.
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import re
 from dataclasses import dataclass, field, replace
@@ -121,6 +122,15 @@ def _tokenizer(raw: Any, where: str, base: Path) -> TokenizerSpec:
                          tuple(sorted(pins.items())), _local_dir(raw, where, base))
 
 
+def _check_date(where: str, value) -> None:
+    if not re.match(r"^\d{4}-\d{2}-\d{2}$", str(value)):
+        raise _fail(where, "template_kwargs.current_date", value, "expected YYYY-MM-DD")
+    try:
+        dt.date.fromisoformat(str(value))
+    except ValueError:
+        raise _fail(where, "template_kwargs.current_date", value, "not a date of the calendar") from None
+
+
 def _reject_unknown(raw: dict, known: set[str], where: str) -> None:
     unknown = sorted(set(raw) - known)
     if unknown:
@@ -139,18 +149,21 @@ def load_config(path: str | os.PathLike) -> BuildConfig:
     where = str(path)
     try:
         raw = YAML(typ="safe", pure=True).load(path.read_text(encoding="utf-8"))
-    except (OSError, YAMLError) as exc:
+    except (OSError, YAMLError, UnicodeDecodeError) as exc:
         raise BuildError(f"{where}: cannot read config: {exc}".replace("\n", " ")) from None
     if not isinstance(raw, dict):
         raise BuildError(f"{where}: expected a mapping at the top level")
     _reject_unknown(raw, TOP_KEYS, where)
     base = path.parent
     kwargs = _take(raw, "template_kwargs", dict, where, {})
+    if isinstance(kwargs.get("current_date"), dt.date):  # YAML reads an unquoted 2026-10-01 as a date
+        raise _fail(where, "template_kwargs.current_date", kwargs["current_date"].isoformat(),
+                    "quote it, as a string: \"YYYY-MM-DD\"")
     for key, value in kwargs.items():
         if not isinstance(value, (str, int, float, bool)):
             raise _fail(where, f"template_kwargs.{key}", value, "expected a scalar")
-    if "current_date" in kwargs and not re.match(r"^\d{4}-\d{2}-\d{2}$", str(kwargs["current_date"])):
-        raise _fail(where, "template_kwargs.current_date", kwargs["current_date"], "expected YYYY-MM-DD")
+    if "current_date" in kwargs:
+        _check_date(where, kwargs["current_date"])
     loss_mask = _take(raw, "loss_mask", str, where)
     if loss_mask not in STRATEGIES:
         raise _fail(where, "loss_mask", loss_mask, f"known strategies: {', '.join(sorted(STRATEGIES))}")
@@ -177,6 +190,8 @@ def load_config(path: str | os.PathLike) -> BuildConfig:
             raise _fail(where, key, getattr(config, key), "must be positive")
     if config.seed < 0:
         raise _fail(where, "seed", config.seed, "must be non-negative")
+    if config.separator == "":
+        raise _fail(where, "separator", "", "name a token, or leave the key out for the tokenizer's EOS")
     return config
 
 

@@ -88,6 +88,10 @@ EXPECTED_TYPES = {"input_ids": pa.list_(pa.int32()), "loss_mask": pa.list_(pa.in
 
 
 def check_schema(schema: pa.Schema, path: Path) -> None:
+    extra = [name for name in schema.names if name not in EXPECTED_TYPES]
+    if extra:
+        raise RowFormatError(f"{path}: schema: unexpected column '{extra[0]}' (a row file has exactly "
+                             f"{', '.join(EXPECTED_TYPES)})")
     for name, kind in EXPECTED_TYPES.items():
         if name not in schema.names:
             raise RowFormatError(f"{path}: schema: missing column '{name}'")
@@ -103,10 +107,24 @@ def _values(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
             pc.list_value_length(array).to_numpy(zero_copy_only=False))
 
 
-def _check_group(table: pa.Table, first: int, row_tokens: int, path: Path) -> None:
+def _check_nulls(table: pa.Table, first: int, path: Path) -> None:
+    """No null row, no null value inside a row, no empty conversation id: checked before any value
+    is read, as numpy would turn a null into NaN, or a number."""
     for name in EXPECTED_TYPES:
-        if table.column(name).null_count:
-            raise RowFormatError(f"{path}: column '{name}' holds a null row")
+        column = table.column(name).combine_chunks()
+        if column.null_count:
+            row = int(np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))[0])
+            raise RowFormatError(f"{path}: row {first + row}: column '{name}' is null")
+        values = column.flatten()
+        empty = pc.equal(pc.utf8_length(values), 0) if name == "conversation_ids" else None
+        bad = values.is_null() if empty is None else pc.or_kleene(values.is_null(), empty)
+        if pc.any(bad).as_py():
+            item = int(np.flatnonzero(bad.to_numpy(zero_copy_only=False))[0])
+            row = int(pc.list_parent_indices(column)[item].as_py())
+            raise RowFormatError(f"{path}: row {first + row}: column '{name}' holds a null or empty value")
+
+
+def _check_group(table: pa.Table, first: int, row_tokens: int, path: Path) -> None:
     _, id_lengths = _values(table.column("input_ids"))
     mask_values, mask_lengths = _values(table.column("loss_mask"))
     starts, start_lengths = _values(table.column("seq_start_id"))
@@ -149,6 +167,7 @@ def hash_parquet(path: Path, file_digest: tuple[str, int] | None = None) -> Parq
             raise UnreadableError(f"{path}: row group {group} unreadable: {exc}".replace("\n", " ")) from None
         if not table.num_rows:
             continue
+        _check_nulls(table, rows, path)
         ids, lengths = _values(table.column("input_ids"))
         row_tokens = int(lengths[0]) if row_tokens is None else row_tokens
         _check_group(table, rows, row_tokens, path)

@@ -42,7 +42,17 @@ def write_manifest(manifest: dict[str, Any], path: Path) -> None:
         handle.write(dumps(manifest))
         handle.flush()
         os.fsync(handle.fileno())
-    os.replace(partial, path)
+    replace_durably(partial, path)
+
+
+def replace_durably(source: Path, target: Path) -> None:
+    """os.replace, then fsync of the directory: without it a power loss can undo the rename."""
+    os.replace(source, target)
+    directory = os.open(target.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
 
 
 def read_manifest(path: Path) -> dict[str, Any]:

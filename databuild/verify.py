@@ -8,6 +8,7 @@ named too. Exit codes: 0 verified, 1 a difference, 2 a usage error, 3 the file i
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,8 +54,15 @@ class Report:
 
 
 def from_manifest(manifest: dict[str, Any], origin: str) -> list[Expectation]:
-    output = manifest.get("output", {})
-    return [Expectation(f, output[f], origin) for f in FILE_FIELDS + ROW_FIELDS if f in output]
+    """Every output figure a manifest must hold: a manifest missing one checks nothing, so it is refused."""
+    output = manifest.get("output")
+    missing = [f for f in FILE_FIELDS + ROW_FIELDS if not isinstance(output, dict) or f not in output]
+    if missing:
+        raise BuildError(f"{origin}: the manifest has no output.{missing[0]}: not a complete build's manifest")
+    for key, kind in (("row_digests", list), ("versions", dict)):
+        if not isinstance(manifest.get(key, kind()), kind):
+            raise BuildError(f"{origin}: the manifest's '{key}' is not a {kind.__name__}")
+    return [Expectation(f, output[f], origin) for f in FILE_FIELDS + ROW_FIELDS]
 
 
 def from_recipe(path: Path) -> list[Expectation]:
@@ -63,6 +71,8 @@ def from_recipe(path: Path) -> list[Expectation]:
     dataset = read_dataset_block(path)
     build = dataset.get("build") or {}
     origin = f"{path} workload.dataset"
+    if not isinstance(build, dict):
+        raise BuildError(f"{origin}.build is not a mapping")
     found = []
     if "rows_sha256" in dataset:
         found.append(Expectation("rows_sha256", str(dataset["rows_sha256"]), origin))
@@ -71,13 +81,20 @@ def from_recipe(path: Path) -> list[Expectation]:
             value = build[field]
             decimals = None
             if field == "supervised_token_ratio":
-                text = str(value)
-                decimals = len(text.split(".")[1]) if "." in text else 0
-                value = float(value)
+                if isinstance(value, bool) or not isinstance(value, (int, float)):
+                    raise BuildError(f"{origin}.build.supervised_token_ratio: {value!r} is not a number")
+                decimals, value = max(_decimals_shown(path, build, field), 2), float(value)
             found.append(Expectation(field, value, f"{origin}.build", decimals))
     if not found:
         raise BuildError(f"{path}: workload.dataset holds no hash or count to check against")
     return found
+
+
+def _decimals_shown(path: Path, mapping, key: str) -> int:
+    """Decimals of a number as the recipe's text writes it (`0.60` is two, though it loads as 0.6)."""
+    line, column = mapping.lc.value(key)
+    text = path.read_text(encoding="utf-8").splitlines()[line][column:]
+    return len(re.match(r"[-+]?\d*\.?(\d*)", text).group(1))
 
 
 def _row_differences(expected: list[str], found: tuple[str, ...]) -> str:

@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .hashing import EXPECTED_TYPES, RowsHasher
+from .manifest import replace_durably
 from .pack import Row
 
 SCHEMA = pa.schema([pa.field(name, kind) for name, kind in EXPECTED_TYPES.items()])
@@ -85,4 +86,4 @@ def write_rows(rows: Iterable[Row], final: Path, row_tokens: int, hasher: RowsHa
 
 
 def publish(partial: Path, final: Path) -> None:
-    os.replace(partial, final)
+    replace_durably(partial, final)

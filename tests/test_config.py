@@ -1,5 +1,7 @@
 """Config validation: every bad value is refused at load, with the key and the value named."""
 
+import datetime as dt
+
 import pytest
 
 from databuild.config import load_config, resolve_config
@@ -17,6 +19,9 @@ from conftest import write_config
     ({"seed": True}, "key 'seed' = True: expected int"),
     ({"tokenizer": {"sha256": {"tokenizer.json": "abc"}}}, "key 'sha256.tokenizer.json' = 'abc'"),
     ({"template_kwargs": {"current_date": "1 Oct 2026"}}, "key 'template_kwargs.current_date' = '1 Oct 2026'"),
+    ({"template_kwargs": {"current_date": "2026-02-30"}}, "'2026-02-30': not a date of the calendar"),
+    ({"template_kwargs": {"current_date": dt.date(2026, 10, 1)}}, "'2026-10-01': quote it, as a string"),
+    ({"separator": ""}, "key 'separator' = '': name a token"),
     ({"on_bad_conversation": "ignore"}, "key 'on_bad_conversation' = 'ignore'"),
     ({"rowz": 5}, "unknown key 'rowz'"),
     ({"name": None}, "missing key 'name'"),
@@ -43,3 +48,10 @@ def test_shipped_configs_load():
 def test_unknown_name_lists_known():
     with pytest.raises(BuildError, match="no config named 'nope'.*muse-spark-tiny-fixed512-v1"):
         resolve_config("nope")
+
+
+def test_a_config_that_is_not_utf8_is_one_line(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_bytes(write_config(tmp_path / "good.yaml").read_bytes() + "# caf\u00e9\n".encode("latin-1"))
+    with pytest.raises(BuildError, match="cannot read config: 'utf-8' codec can't decode"):
+        load_config(path)

@@ -157,3 +157,62 @@ def test_streaming_hash_equals_the_build_hash(tiny_build):
     summary = hash_parquet(tiny_build.parquet)
     assert summary.rows_sha256 == tiny_build.data["output"]["rows_sha256"]
     assert list(summary.row_digests) == tiny_build.data["row_digests"]
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda m: {"format": m["format"]}, "the manifest has no output.parquet_sha256"),
+    (lambda m: {**m, "output": {k: v for k, v in m["output"].items() if k != "rows_sha256"}},
+     "the manifest has no output.rows_sha256"),
+    (lambda m: {**m, "output": "done"}, "the manifest has no output.parquet_sha256"),
+    (lambda m: {**m, "versions": "latest"}, "the manifest's 'versions' is not a dict"),
+])
+def test_a_manifest_that_pins_too_little_is_refused(copy, change, message):
+    parquet, manifest = copy
+    manifest.write_text(json.dumps(change(json.loads(manifest.read_text()))))
+    result = verify_cli(parquet)
+    assert result.exit_code == 1 and message in result.output and "verified" not in result.output
+
+
+def _with_row(row: int, **values):
+    return lambda rows: [{**r, **values} if i == row else r for i, r in enumerate(rows)]
+
+
+@pytest.mark.parametrize("change, message", [
+    (_with_row(3, loss_mask=[None] + [0] * 511), "row 3: column 'loss_mask' holds a null or empty value"),
+    (_with_row(0, input_ids=None), "row 0: column 'input_ids' is null"),
+    (_with_row(7, conversation_ids=[""]), "row 7: column 'conversation_ids' holds a null or empty value"),
+])
+def test_nulls_and_empty_ids_are_refused_before_hashing(copy, change, message):
+    """numpy reads a null as NaN, which hashes and compares like a number: refused before."""
+    parquet, manifest = copy
+    rewrite(parquet, change)
+    output = json.loads(manifest.read_text())["output"]
+    result = verify_cli(parquet, "--rows-sha256", output["rows_sha256"])
+    assert result.exit_code == 1 and message in result.output
+
+
+def test_an_extra_column_is_refused(copy):
+    parquet, manifest = copy
+    table = pq.read_table(parquet)
+    pq.write_table(table.append_column("note", pa.array(["x"] * table.num_rows)), parquet, **WRITER_OPTIONS)
+    output = json.loads(manifest.read_text())["output"]
+    result = verify_cli(parquet, "--rows-sha256", output["rows_sha256"])
+    assert result.exit_code == 1 and "unexpected column 'note'" in result.output
+
+
+@pytest.mark.parametrize("shown, verified", [("0.65", True), ("0.6491", True), ("0.60", False), ("0.6", False),
+                                             ("1", False), ("0.649", True), ("0.648", False)])
+def test_a_recipe_ratio_is_checked_to_the_decimals_it_shows_and_at_least_two(copy, tmp_path, shown, verified):
+    parquet, manifest = copy
+    assert round(json.loads(manifest.read_text())["output"]["supervised_token_ratio"], 4) == 0.6491
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(f"workload:\n  dataset:\n    build:\n      supervised_token_ratio: {shown}  # as published\n")
+    result = verify_cli(parquet, "--recipe", recipe)
+    assert (result.exit_code == 0) == verified, result.output
+
+
+def test_a_recipe_ratio_that_is_not_a_number_is_one_line(copy, tmp_path):
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("workload:\n  dataset:\n    build:\n      supervised_token_ratio: high\n")
+    result = verify_cli(copy[0], "--recipe", recipe)
+    assert result.exit_code == 1 and "supervised_token_ratio: 'high' is not a number" in result.output
