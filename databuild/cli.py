@@ -91,9 +91,12 @@ def _overrides(config, dataset_dir, tokenizer_dir):
 @click.option("--ray-address", help="Address of an existing Ray cluster, e.g. 'auto' on a cluster node "
                                     "(default: start a private local instance).")
 @click.option("--recipe", type=click.Path(dir_okay=False, exists=True, path_type=Path),
-              help="A recipe YAML whose workload.dataset block receives the results once the file verifies.")
+              help="A recipe YAML whose workload.dataset block receives the results once the file verifies: "
+                   "values it lacks are added; one it pins differently is refused (exit 1, recipe unchanged).")
+@click.option("--repin", is_flag=True,
+              help="Overwrite values the recipe already holds with this build's, e.g. when publishing a new version.")
 @one_line_errors
-def make(name, out_dir, offline, dataset_dir, tokenizer_dir, workers, batch_size, executor, ray_address, recipe):
+def make(name, out_dir, offline, dataset_dir, tokenizer_dir, workers, batch_size, executor, ray_address, recipe, repin):
     """Build the rows of config NAME (a config name or a path to a config YAML).
 
     \b
@@ -101,6 +104,7 @@ def make(name, out_dir, offline, dataset_dir, tokenizer_dir, workers, batch_size
       databuild make muse-spark-tiny-fixed512-v1
       databuild make muse-spark-tulu3-fixed8192-v1 --offline --workers 2
       databuild make configs/my-build.yaml --out /data/rows --recipe recipe.yaml
+      databuild make configs/my-build-v2.yaml --recipe recipe.yaml --repin   # a new version
       databuild make NAME --dataset-dir ./tulu --tokenizer-dir ./tok   # air-gapped
     """
     from .build import make as run_make
@@ -127,7 +131,7 @@ def make(name, out_dir, offline, dataset_dir, tokenizer_dir, workers, batch_size
         report = verify(result.parquet, gather(result.parquet, result.manifest))
         if report.failures:
             raise BuildError(f"{result.parquet} does not verify, recipe left unchanged: {report.failures[0]}")
-        changed = update_recipe(recipe, result.manifest)
+        changed = update_recipe(recipe, result.manifest, repin=repin)
         click.echo(f"  recipe                 {recipe} ({'updated' if changed else 'already up to date'})")
 
 

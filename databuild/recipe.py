@@ -1,14 +1,14 @@
 """A recipe's `workload.dataset` block: read it, and write a build's results into it.
 
-The write changes only the values that differ, in place, and leaves every other byte of the file as
-it was (comments, key order, quoting, folded long strings). ruamel.yaml parses the recipe and says
-where each value stands; the edit splices just those lines, re-checks the result by parsing it
-again, and replaces the file atomically.
+The write adds the values the block lacks and refuses to change one it already pins, unless asked to
+(`repin`): a rebuild that does not reproduce the pinned rows must not pass silently. Everything else
+in the file stays byte for byte (comments, key order, quoting, folded strings, line breaks):
+`yaml_splice` edits the text only where ruamel says each value stands. The result must parse to the same document with just those values
+changed before it atomically replaces the file.
 """
 
 from __future__ import annotations
 
-import io
 import os
 from pathlib import Path
 from typing import Any
@@ -17,31 +17,38 @@ from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
 from .errors import BuildError
-from .manifest import read_manifest
+from .manifest import read_manifest, replace_durably
+from .yaml_splice import splices
 
-WIDTH = 120  # the seed recipe folds long strings at 120 columns
 
-
-def _load(text: str, where: str):
+def _read(path: Path) -> str:
+    """The recipe's text as stored: line breaks untranslated, so offsets and CRLF survive the edit."""
     try:
-        return YAML().load(text)
+        return path.read_bytes().decode("utf-8")
+    except OSError as exc:
+        raise BuildError(f"{path}: cannot read recipe: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise BuildError(f"{path}: not UTF-8 text (byte {exc.start} is {exc.object[exc.start]:#04x}); "
+                         "a recipe is read as UTF-8") from None
+
+
+def _load(text: str, where: str, typ: str = "rt"):
+    try:
+        return YAML(typ=typ, pure=True).load(text)
     except YAMLError as exc:
         raise BuildError(f"{where}: not valid YAML: {exc}".replace("\n", " ")) from None
 
 
 def _dataset(document, where: str):
-    dataset = ((document or {}).get("workload") or {}).get("dataset")
+    workload = document.get("workload") if isinstance(document, dict) else None
+    dataset = workload.get("dataset") if isinstance(workload, dict) else None
     if not isinstance(dataset, dict):
         raise BuildError(f"{where}: no workload.dataset block")
     return dataset
 
 
 def read_dataset_block(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise BuildError(f"{path}: cannot read recipe: {exc}") from None
-    return _dataset(_load(text, str(path)), str(path))
+    return _dataset(_load(_read(path), str(path)), str(path))
 
 
 def recipe_values(manifest: dict[str, Any]) -> list[tuple[tuple[str, ...], Any]]:
@@ -68,90 +75,82 @@ def recipe_values(manifest: dict[str, Any]) -> list[tuple[tuple[str, ...], Any]]
     return values
 
 
-def _scalar_lines(key: str, value: Any, column: int) -> list[str]:
-    """`key: value` as YAML at the given indent, folded like the seed, as whole lines."""
-    if isinstance(value, float):
-        return [" " * column + f"{key}: {value:.2f}\n"]
-    yaml = YAML()
-    yaml.width = max(WIDTH - column, 40)
-    buffer = io.StringIO()
-    yaml.dump({key: value}, buffer)
-    # A plain scalar's line breaks fold to spaces: the spaces ruamel leaves before them are noise.
-    lines = [line.rstrip(" \n") + "\n" for line in buffer.getvalue().splitlines()]
-    return [" " * column + lines[0]] + [" " * (column + 2) + line.lstrip(" ") for line in lines[1:]]
-
-
-def _value_end(lines: list[str], key_line: int, key_column: int) -> int:
-    """Index after the last line of the value that starts on key_line (continuations are deeper)."""
-    end = key_line + 1
-    while end < len(lines):
-        stripped = lines[end].strip()
-        indent = len(lines[end]) - len(lines[end].lstrip(" "))
-        if stripped and indent <= key_column:
-            break
-        end += 1
-    while end > key_line + 1 and not lines[end - 1].strip():
-        end -= 1
-    return end
-
-
 def _same(current: Any, value: Any) -> bool:
-    """Equal as YAML values: ruamel hands back its own int/float/str subclasses."""
+    """Equal as YAML values; a ratio compares at the two decimals a recipe shows."""
+    if isinstance(current, bool):
+        return False
     if isinstance(value, float):
         return isinstance(current, (int, float)) and round(float(current), 2) == value
-    if isinstance(value, int):
-        return isinstance(current, int) and not isinstance(current, bool) and int(current) == value
-    return isinstance(current, str) and str(current) == value
+    return isinstance(current, type(value)) and current == value
 
 
-def updated_text(text: str, values: list[tuple[tuple[str, ...], Any]], where: str) -> str:
-    """The recipe's text with the values written in; each pass edits one key, then re-parses."""
+def _differences(dataset: dict, values: list[tuple[tuple[str, ...], Any]], where: str):
+    """(values to write, pinned values that differ as (path, recipe's, build's)); a null counts as absent."""
+    writes, differing = [], []
     for path, value in values:
-        document = _load(text, where)
-        mapping = _dataset(document, where)
-        for key in path[:-1]:
-            if not isinstance(mapping.get(key), dict):
-                raise BuildError(f"{where}: workload.dataset has no '{key}' mapping to write into")
-            mapping = mapping[key]
-        key = path[-1]
-        if key in mapping and _same(mapping[key], value):
+        mapping = dataset
+        for depth, key in enumerate(path[:-1]):
+            mapping = mapping.get(key, {})
+            if not isinstance(mapping, dict):
+                raise BuildError(f"{where}: workload.dataset.{'.'.join(path[:depth + 1])} is not a mapping; "
+                                 "recipe left unchanged")
+        current = mapping.get(path[-1])
+        if current is not None and _same(current, value):
             continue
-        lines = text.splitlines(keepends=True)
-        if key in mapping:
-            line, column = mapping.lc.key(key)
-            lines[line:_value_end(lines, line, column)] = _scalar_lines(key, value, column)
-        else:
-            last = list(mapping)[-1]
-            line, column = mapping.lc.key(last)
-            end = _value_end(lines, line, column)
-            lines[end:end] = _scalar_lines(key, value, column)
-        text = "".join(lines)
-    return text
+        if current is not None:
+            differing.append((path, current, value))
+        writes.append((path, value))
+    return writes, differing
 
 
-def update_recipe(recipe: Path, manifest_file: Path) -> bool:
-    """Write a verified build's results into the recipe; True if the file changed."""
-    manifest = read_manifest(manifest_file)
+def updated_text(text: str, values: list[tuple[tuple[str, ...], Any]], where: str, repin: bool = False) -> str:
+    """The recipe's text with the values written in; a differing pinned value is refused unless repin."""
+    expected = _load(text, where, "safe")
+    writes, differing = _differences(_dataset(expected, where), values, where)
+    if differing and not repin:
+        path, current, value = differing[0]
+        count = len(differing)
+        raise BuildError(f"{where}: workload.dataset.{'.'.join(path)} is {current!r} in the recipe but {value!r} in "
+                         f"this build ({count} differing key{'s' * (count > 1)} in all); recipe left unchanged, "
+                         "pass --repin to overwrite them with this build's")
+    if not writes:
+        return text
+    new = text
+    # From the end, so that earlier offsets hold; at one offset the deeper-indented text must come first (a
+    # mapping's last value, then its new keys, then its parent's), so it goes in last.
+    for start, stop, rendered, _ in sorted(splices(text, writes, where), key=lambda s: (s[0], -s[3]), reverse=True):
+        new = new[:start] + rendered + new[stop:]
+    for path, value in writes:
+        mapping = _dataset(expected, where)
+        for key in path[:-1]:
+            mapping = mapping.setdefault(key, {})
+        mapping[path[-1]] = value
     try:
-        text = recipe.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise BuildError(f"{recipe}: cannot read recipe: {exc}") from None
-    values = recipe_values(manifest)
-    new = updated_text(text, values, str(recipe))
+        written = YAML(typ="safe", pure=True).load(new)
+    except YAMLError:
+        written = None
+    if written != expected:  # the whole document, so nothing else may have moved
+        raise BuildError(f"{where}: the edit did not read back as written: workload.dataset is not a layout the "
+                         "writer can edit in place; recipe left unchanged")
+    return new
+
+
+def update_recipe(recipe: Path, manifest_file: Path, repin: bool = False) -> bool:
+    """Write a verified build's results into the recipe; True if the file changed.
+
+    A symlinked recipe is written through to its target, so the link stays a link.
+    """
+    manifest = read_manifest(manifest_file)
+    target = recipe.resolve()
+    text = _read(recipe)
+    new = updated_text(text, recipe_values(manifest), str(recipe), repin)
     if new == text:
         return False
-    written = _dataset(_load(new, str(recipe)), str(recipe))
-    for path, value in values:  # the edit must read back as exactly what was meant
-        current = written
-        for key in path:
-            current = current[key]
-        if not _same(current, value):
-            raise BuildError(f"{recipe}: writing workload.dataset.{'.'.join(path)} did not read back; left unchanged")
-    partial = recipe.with_name(f".{recipe.name}.partial")
-    with open(partial, "w", encoding="utf-8") as handle:
+    partial = target.with_name(f".{target.name}.partial")
+    with open(partial, "w", encoding="utf-8", newline="") as handle:
         handle.write(new)
         handle.flush()
         os.fsync(handle.fileno())
-    os.chmod(partial, recipe.stat().st_mode & 0o7777)
-    os.replace(partial, recipe)
+    os.chmod(partial, target.stat().st_mode & 0o7777)
+    replace_durably(partial, target)
     return True

@@ -7,8 +7,8 @@ directory; the stream reads the buckets back in order, one in memory at a time, 
 The first pass also checks every row of the source, so a malformed row anywhere is known before
 anything is rendered. It spills only the prefix of the stream the build is expected to read
 (`expected_prefix`, generous), because a recipe may read a few percent of its source; a stream that
-goes past it gets another pass, which spills as far again (the spilled prefix doubles). The stream is the same whatever
-the prefix, the window, the number of passes or the order in which files finish.
+goes past it gets another pass, which spills as far again (the spilled prefix doubles). The stream
+is the same whatever the prefix, the window, the number of passes or the order files finish in.
 """
 
 from __future__ import annotations

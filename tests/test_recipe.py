@@ -12,7 +12,7 @@ from ruamel.yaml import YAML
 from conftest import FIXTURES, TINY
 from databuild.cli import main
 from databuild.errors import BuildError
-from databuild.recipe import update_recipe
+from databuild.recipe import recipe_values, update_recipe
 
 SEED = FIXTURES / "recipe" / "attune-tp2-pp16-ep8.yaml"  # the seed recipe's YAML, as published
 WRITABLE = {"rows_sha256", "name", "tokenizer", "loss_mask", "rows", "row_tokens", "padding_tokens", "seed",
@@ -35,10 +35,22 @@ def changed_keys(before: str, after: str) -> set[str]:
     return keys
 
 
+def make_into(recipe, out, *flags):
+    return CliRunner().invoke(main, ["make", TINY, "--out", str(out), "--recipe", str(recipe), *flags])
+
+
+def build_value(tiny_build, path):
+    return dict(recipe_values(tiny_build.data))[path]
+
+
+def loaded_build(text):
+    return YAML(typ="safe").load(text)["workload"]["dataset"]["build"]
+
+
 def test_make_writes_only_the_dataset_block(tiny_build, tmp_path):
     recipe = tmp_path / "recipe.yaml"
     shutil.copyfile(SEED, recipe)
-    result = CliRunner().invoke(main, ["make", TINY, "--out", str(tiny_build.parquet.parent), "--recipe", str(recipe)])
+    result = make_into(recipe, tiny_build.parquet.parent, "--repin")  # the seed pins another build's values
     assert result.exit_code == 0, result.output
     before, after = SEED.read_text(), recipe.read_text()
     touched = changed_keys(before, after)
@@ -57,7 +69,7 @@ def test_make_writes_only_the_dataset_block(tiny_build, tmp_path):
     assert build["packing"].startswith("source conversations in a seeded global permutation")  # untouched
     assert max(len(line) for line in set(after.splitlines()) - set(before.splitlines())) <= 120  # folded
 
-    again = CliRunner().invoke(main, ["make", TINY, "--out", str(tmp_path / "again"), "--recipe", str(recipe)])
+    again = make_into(recipe, tmp_path / "again")  # equal values need no --repin
     assert again.exit_code == 0 and "already up to date" in again.output
     assert recipe.read_text() == after
 
@@ -82,10 +94,158 @@ def test_a_recipe_without_a_dataset_block_is_refused(tiny_build, tmp_path):
 
 def test_missing_keys_are_added_inside_the_block(tiny_build, tmp_path):
     recipe = tmp_path / "r.yaml"
-    recipe.write_text("# keep me\nworkload:\n  dataset:\n    name: x  # and me\n    build:\n      name: old\n"
-                      "other: 1\n")
+    recipe.write_text("# keep me\nworkload:\n  dataset:\n    name: x  # and me\n    build:\n"
+                      f"      name: {TINY}\nother: 1\n")  # an equal value is left alone
     assert update_recipe(recipe, tiny_build.manifest)
     text = recipe.read_text()
     assert text.startswith("# keep me\n") and "name: x  # and me" in text and text.endswith("other: 1\n")
     build = YAML(typ="safe").load(text)["workload"]["dataset"]["build"]
     assert build["name"] == TINY and build["rows"] == 40
+
+
+@pytest.mark.parametrize("pin, path, shown", [
+    ("    rows_sha256: '" + "0" * 64 + "'\n    build:\n      seed: 42\n", ("rows_sha256",), repr("0" * 64)),
+    ("    build:\n      rows: 41\n", ("build", "rows"), "41"),
+    ("    build:\n      name: some-other-config\n", ("build", "name"), "'some-other-config'"),
+], ids=["rows_sha256", "build.rows", "build.name"])
+def test_a_differing_pinned_value_is_refused_and_the_build_stays_published(tiny_build, tmp_path, pin, path, shown):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("workload:\n  dataset:\n" + pin)
+    before = recipe.read_bytes()
+    result = make_into(recipe, tmp_path / "out")
+    assert result.exit_code == 1
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr, result.stderr
+    assert (f"workload.dataset.{'.'.join(path)} is {shown} in the recipe but {build_value(tiny_build, path)!r} "
+            "in this build (1 differing key in all)") in result.stderr
+    assert "pass --repin to overwrite" in result.stderr
+    assert recipe.read_bytes() == before
+    assert (tmp_path / "out" / f"{TINY}.parquet").is_file() and (tmp_path / "out" / f"{TINY}.manifest.json").is_file()
+
+    repinned = make_into(recipe, tmp_path / "out", "--repin")
+    assert repinned.exit_code == 0 and "(updated)" in repinned.output, repinned.output
+    dataset = YAML(typ="safe").load(recipe.read_text())["workload"]["dataset"]
+    assert dataset["rows_sha256"] == tiny_build.data["output"]["rows_sha256"]
+    assert (dataset["build"]["name"], dataset["build"]["rows"]) == (TINY, 40)
+
+
+def test_the_seed_is_left_unchanged_without_repin(tiny_build, tmp_path):
+    recipe = tmp_path / "recipe.yaml"
+    shutil.copyfile(SEED, recipe)
+    result = make_into(recipe, tmp_path / "out")
+    assert result.exit_code == 1 and recipe.read_bytes() == SEED.read_bytes()
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith(
+        f"error: {recipe}: workload.dataset.rows_sha256 is "
+        "'4003478c605da1a2a351a0ba38adba24bcef54355394cedf4a1d425ec049128f' in the recipe but "
+        f"'{tiny_build.data['output']['rows_sha256']}' in this build (8 differing keys in all)")
+
+
+def test_a_same_line_comment_stays_on_a_rewritten_value(tiny_build, tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("workload:\n  dataset:\n    build:\n      rows: 41  # keep in sync\n      seed: 7 # why\n"
+                      "      tokenizer: old  # from the hub\n      parquet_bytes: 1\n")
+    assert update_recipe(recipe, tiny_build.manifest, repin=True)
+    text = recipe.read_text()
+    assert "      rows: 40  # keep in sync\n      seed: 42 # why\n" in text
+    tokenizer = build_value(tiny_build, ("build", "tokenizer"))
+    assert len(tokenizer) > 120 and loaded_build(text)["tokenizer"] == tokenizer  # folded over lines ...
+    assert text.count("  # from the hub\n") == 1  # ... and the comment after its last line
+
+
+def test_comment_lines_are_never_removed(tiny_build, tmp_path):
+    recipe = tmp_path / "r.yaml"
+    before = ("workload:\n  dataset:\n    build:\n      rows: 41\n        # counted after the skips\n"
+              "      seed: 7\n      parquet_bytes: 1\n        # the last one\n    # the block ends here\nother: 1\n")
+    recipe.write_text(before)
+    assert update_recipe(recipe, tiny_build.manifest, repin=True)
+    after = recipe.read_text()
+    comments = [line for line in before.splitlines() if line.lstrip().startswith("#")]
+    assert [line for line in after.splitlines() if line.lstrip().startswith("#")] == comments
+    build = loaded_build(after)
+    assert (build["rows"], build["seed"]) == (40, 42)
+    assert build["parquet_bytes"] == tiny_build.data["output"]["parquet_bytes"]
+
+
+def test_the_newline_style_is_kept(tiny_build, tmp_path):
+    lf = "# top\nworkload:\n  dataset:\n    name: x\n    build:\n      rows: 41  # c\n      loss_mask: muse_spark\n"
+    crlf, unix = tmp_path / "crlf.yaml", tmp_path / "lf.yaml"
+    crlf.write_bytes(lf.replace("\n", "\r\n").encode())
+    unix.write_bytes(lf.encode())
+    assert update_recipe(crlf, tiny_build.manifest, repin=True) and update_recipe(unix, tiny_build.manifest, repin=True)
+    written = crlf.read_bytes()
+    assert written.count(b"\n") == written.count(b"\r\n") > lf.count("\n")  # folded lines too
+    assert written == unix.read_bytes().replace(b"\n", b"\r\n")
+
+    unterminated = tmp_path / "unterminated.yaml"  # no line break after the last line: none is added
+    unterminated.write_bytes(lf.rstrip("\n").encode())
+    assert update_recipe(unterminated, tiny_build.manifest, repin=True)
+    assert unterminated.read_bytes() == unix.read_bytes().rstrip(b"\n")
+
+
+def test_a_symlinked_recipe_is_written_through_to_its_target(tiny_build, tmp_path):
+    target = tmp_path / "recipes" / "r.yaml"
+    target.parent.mkdir()
+    target.write_text("workload:\n  dataset:\n    build:\n      seed: 42\n")
+    link = tmp_path / "link.yaml"
+    link.symlink_to(target)
+    assert update_recipe(link, tiny_build.manifest)
+    assert link.is_symlink() and link.resolve() == target
+    assert loaded_build(target.read_text())["rows"] == 40
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["link.yaml", "r.yaml", "recipes"]  # no partial left
+
+
+@pytest.mark.parametrize("before", [
+    "workload:\n  dataset:\n    name: x\n    build: {}  # filled in by databuild\nother: 1\n",
+    "workload:\n  dataset: {}\nother: 1\n",
+], ids=["build", "dataset"])
+def test_an_empty_block_is_written_as_a_block_mapping(tiny_build, tmp_path, before):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(before)
+    assert update_recipe(recipe, tiny_build.manifest)
+    after = recipe.read_text()
+    assert "{}" not in after and after.endswith("\nother: 1\n")
+    assert after.count("# filled in by databuild") == before.count("# filled in by databuild")  # the comment stays
+    dataset = YAML(typ="safe").load(after)["workload"]["dataset"]
+    for path, value in recipe_values(tiny_build.data):
+        assert (dataset[path[0]] if len(path) == 1 else dataset["build"][path[1]]) == value, path
+    assert not update_recipe(recipe, tiny_build.manifest)
+
+
+def test_an_empty_value_counts_as_not_there_yet(tiny_build, tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("workload:\n  dataset:\n    rows_sha256: ~\n    build:\n      rows:  # to fill\n      seed:\n")
+    assert update_recipe(recipe, tiny_build.manifest)
+    text = recipe.read_text()
+    assert f"    rows_sha256: {tiny_build.data['output']['rows_sha256']}\n" in text
+    assert "      rows: 40  # to fill\n      seed: 42\n" in text
+
+
+def test_a_recipe_that_is_not_utf8_is_one_line(tiny_build, tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_bytes(b"# caf\xe9\nworkload:\n  dataset:\n    rows_sha256: x\n")
+    for result in (make_into(recipe, tmp_path / "out"),
+                   CliRunner().invoke(main, ["verify", str(tiny_build.parquet), "--recipe", str(recipe)])):
+        assert result.exit_code == 1 and result.stderr.count("\n") == 1, result.stderr
+        assert result.stderr.startswith(f"error: {recipe}: not UTF-8") and "Traceback" not in result.stderr
+
+
+def test_a_block_sequence_at_its_key_s_indent_is_edited(tiny_build, tmp_path):
+    recipe = tmp_path / "r.yaml"
+    before = ("workload:\n  dataset:\n    build:\n      seed: 42\n      sources:\n      - a\n      - b: 1\n"
+              "    notes:\n    - one\nother:\n- 1\n")
+    recipe.write_text(before)
+    assert update_recipe(recipe, tiny_build.manifest)
+    document = YAML(typ="safe").load(recipe.read_text())
+    assert document["workload"]["dataset"]["build"]["sources"] == ["a", {"b": 1}]
+    assert document["workload"]["dataset"]["notes"] == ["one"] and document["other"] == [1]
+    assert document["workload"]["dataset"]["build"]["rows"] == 40
+
+
+def test_a_layout_the_writer_cannot_edit_is_refused_without_calling_it_invalid(tiny_build, tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(f"workload:\n  dataset:\n    build: {{name: {TINY}, seed: 42}}\n")
+    refusal = "workload.dataset.build is a flow mapping, not a layout the writer can edit in place"
+    with pytest.raises(BuildError, match=refusal) as refused:
+        update_recipe(recipe, tiny_build.manifest)
+    assert "not valid YAML" not in str(refused.value)
+    assert recipe.read_text() == f"workload:\n  dataset:\n    build: {{name: {TINY}, seed: 42}}\n"
