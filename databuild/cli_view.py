@@ -55,7 +55,7 @@ def show(parquet, row, name_or_dir, color):
     from .show import compose, decode_spans, open_parquet, read_rows, row_header, spans
 
     parquet_file = open_parquet(parquet)
-    target = read_rows(parquet_file, row)[0]  # checks the index before any tokenizer is loaded
+    target = read_rows(parquet_file, parquet, row)[0]  # checks the index before any tokenizer is loaded
     tokenizer = load_tokenizer(tokenizer_dir(parquet, name_or_dir, manifest_beside(parquet)))
     parts = spans(target)
     texts = decode_spans(tokenizer, target, parts)

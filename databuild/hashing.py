@@ -110,7 +110,7 @@ def _values(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
 def _check_nulls(table: pa.Table, first: int, path: Path) -> None:
     """No null row, no null value inside a row, no empty conversation id: checked before any value
     is read, as numpy would turn a null into NaN, or a number."""
-    for name in EXPECTED_TYPES:
+    for name in (n for n in EXPECTED_TYPES if n in table.column_names):
         column = table.column(name).combine_chunks()
         if column.null_count:
             row = int(np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))[0])
@@ -122,6 +122,14 @@ def _check_nulls(table: pa.Table, first: int, path: Path) -> None:
             item = int(np.flatnonzero(bad.to_numpy(zero_copy_only=False))[0])
             row = int(pc.list_parent_indices(column)[item].as_py())
             raise RowFormatError(f"{path}: row {first + row}: column '{name}' holds a null or empty value")
+
+
+def check_row_group(table: pa.Table, first: int, path: Path) -> None:
+    """What the views need of a row group read (all columns or some): no nulls; with every column,
+    the shape checks too, rows as long as the group's first."""
+    _check_nulls(table, first, path)
+    if table.num_rows and set(EXPECTED_TYPES) <= set(table.column_names):
+        _check_group(table, first, len(table.column("input_ids")[0]), path)
 
 
 def _check_group(table: pa.Table, first: int, row_tokens: int, path: Path) -> None:

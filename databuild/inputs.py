@@ -9,7 +9,6 @@ cache names their blob by, and the source's shard set against its `-of-NNNNN` co
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +20,6 @@ from .source import SourceFile, source_files
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja",
                    "special_tokens_map.json", "added_tokens.json", "tokenizer.model")
-SHARD_RE = re.compile(r"-(\d{5})-of-(\d{5})\.parquet$")
 
 
 @dataclass(frozen=True)
@@ -90,35 +88,44 @@ def _first_line(exc: BaseException) -> str:
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
-def check_cached_blob(path: Path, where: str, sha256: str | None = None) -> None:
-    """A hub cache names each blob by its content hash: sha256 (LFS files) or git's sha1."""
-    if not path.is_symlink():
-        return
-    etag = Path(os.readlink(path)).name
-    if re.fullmatch(r"[0-9a-f]{64}", etag):
-        found = sha256 or file_sha256(path)[0]
-    elif re.fullmatch(r"[0-9a-f]{40}", etag):
+def check_cached_blob(path: Path, snapshot: Path, where: str, sha256: str) -> None:
+    """A file of a hub snapshot must be a link into its repo's blobs/, and the blob's content must
+    hash to the blob's name: sha256 (LFS files) or git's blob sha1. A regular file, a link elsewhere
+    or a blob named otherwise is a cache someone changed, and is refused."""
+    blobs = (snapshot.parent.parent / "blobs").resolve()
+    target = path.resolve()
+    etag = target.name
+    if not path.is_symlink() or target.parent != blobs or not re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", etag):
+        raise BuildError(f"{where}: not a link to a blob of the hub cache ({target}); the cache was changed by "
+                         "hand: delete the snapshot and fetch again")
+    if len(etag) == 64:
+        found = sha256
+    else:
         data = path.read_bytes()
         found = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
-    else:
-        return
     if found != etag:
         raise BuildError(f"{where}: cached file is corrupt (content hash {found}, cache entry {etag}); "
                          "delete it and fetch again")
 
 
-def _check_shards(files: list[SourceFile], where: str) -> None:
-    counts = {SHARD_RE.search(f.name).group(2) for f in files if SHARD_RE.search(f.name)}
+def _check_shards(files: list[SourceFile], split: str, where: str) -> None:
+    """A sharded split is its shards, all of them, and nothing else (no stray copy joins the build)."""
+    pattern = re.compile(rf"data/{re.escape(split)}-(\d{{5}})-of-(\d{{5}})\.parquet")
+    matches = [pattern.fullmatch(f.name) for f in files]
+    if not any(matches):
+        return  # unsharded: every data/{split}-*.parquet, each listed with its hash in the manifest
+    stray = [f.name for f, match in zip(files, matches) if match is None]
+    if stray:
+        raise BuildError(f"{where}: {stray[0]} is not a shard of the split (data/{split}-NNNNN-of-NNNNN.parquet); "
+                         "remove it")
+    counts = sorted({match.group(2) for match in matches})
     if len(counts) > 1:
-        raise BuildError(f"{where}: shards disagree on their count ({', '.join(sorted(counts))})")
-    if counts:
-        total = int(counts.pop())
-        present = {int(SHARD_RE.search(f.name).group(1)) for f in files if SHARD_RE.search(f.name)}
-        missing = sorted(set(range(total)) - present)
-        if missing:
-            stem = SHARD_RE.sub("", files[0].name)
-            raise BuildError(f"{where}: missing shard {stem}-{missing[0]:05d}-of-{total:05d}.parquet "
-                             f"({len(missing)} of {total} missing)")
+        raise BuildError(f"{where}: shards disagree on their count ({', '.join(counts)})")
+    total = int(counts[0])
+    missing = sorted(set(range(total)) - {int(match.group(1)) for match in matches})
+    if missing:
+        raise BuildError(f"{where}: missing shard data/{split}-{missing[0]:05d}-of-{total:05d}.parquet "
+                         f"({len(missing)} of {total} missing)")
 
 
 def _resolve_source(config: BuildConfig, offline: bool) -> tuple[Path, str]:
@@ -157,8 +164,9 @@ def resolve_inputs(config: BuildConfig, offline: bool = False) -> ResolvedInputs
             raise BuildError(f"{where}: missing file {name} in {tokenizer_dir}; {_fetch_hint(config)}")
         if found[name] != expected:
             raise BuildError(f"{where}: {name} sha256 is {found[name]}, the config pins {expected}")
-    for name, digest in tokenizer_hashes:
-        check_cached_blob(tokenizer_dir / name, f"{where}: {name}", digest)
+    if config.tokenizer.dir is None:
+        for name, digest in tokenizer_hashes:
+            check_cached_blob(tokenizer_dir / name, tokenizer_dir, f"{where}: {name}", digest)
 
     root, origin = _resolve_source(config, offline)
     where = f"dataset {config.source.repo}@{config.source.revision}"
@@ -166,11 +174,12 @@ def resolve_inputs(config: BuildConfig, offline: bool = False) -> ResolvedInputs
         files = source_files(root, config.source.split)
     except BuildError as exc:
         raise BuildError(f"{where}: {exc}; {_fetch_hint(config)}" if origin == "hub" else str(exc)) from None
-    _check_shards(files, where)
+    _check_shards(files, config.source.split, where)
     hashes = []
     for file in files:
         digest, size = file_sha256(file.path)
-        check_cached_blob(file.path, f"{where}: {file.name}", digest)
+        if origin == "hub":
+            check_cached_blob(file.path, root, f"{where}: {file.name}", digest)
         hashes.append((file.name, size, digest))
     return ResolvedInputs(root, tuple(files), tuple(hashes), tokenizer_dir, tuple(tokenizer_hashes), origin)
 

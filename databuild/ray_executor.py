@@ -116,7 +116,7 @@ def _stream(ray, conversations: Iterable[Conversation], encoder: Encoder, batch_
     started = _connect(ray, address, workers)
     actors = []
     try:
-        from ray.exceptions import RayTaskError
+        from ray.exceptions import RayActorError, RayTaskError
 
         remote = ray.remote(num_cpus=1, runtime_env={"env_vars": WORKER_ENV})(_EncodeWorker)
         _check_cpus(ray, workers)
@@ -132,7 +132,12 @@ def _stream(ray, conversations: Iterable[Conversation], encoder: Encoder, batch_
                 # user as the local executor reports it: one line, not a remote traceback.
                 if isinstance(exc.cause, BuildError):
                     raise exc.cause from None
-                raise
+                cause = exc.cause if exc.cause is not None else exc
+                first = str(cause).strip().splitlines()[0] if str(cause).strip() else ""
+                raise BuildError(f"a Ray worker failed: {type(cause).__name__}: {first}") from None
+            except RayActorError as exc:
+                raise BuildError(f"a Ray worker died ({type(exc).__name__}); nothing was written, rerun the "
+                                 "build") from None
 
         turn = itertools.cycle(actors)  # batch k to actor k % workers: each runs its batches in order
         yield from in_order(batches(conversations, batch_size), lambda b: next(turn).encode_batch.remote(b),

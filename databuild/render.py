@@ -49,8 +49,8 @@ def load_tokenizer(directory: Path):
     hf_logging.set_verbosity_error()
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
-    except (OSError, ValueError) as exc:
-        raise BuildError(f"{directory}: cannot load tokenizer: {exc}".replace("\n", " ")) from None
+    except Exception as exc:  # transformers and tokenizers raise many kinds (KeyError, bare Exception) on bad files
+        raise BuildError(f"{directory}: cannot load tokenizer: {type(exc).__name__}: {exc}".replace("\n", " ")) from None
     if not getattr(tokenizer, "is_fast", False):
         raise BuildError(f"{directory}: a fast tokenizer (tokenizer.json) is required for offsets")
     if not tokenizer.chat_template:

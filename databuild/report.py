@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 
 from .charts import histogram_chart, per_row_chart, svg_hbars
 from .errors import BuildError
+from .hashing import check_row_group
 from .manifest import manifest_beside
 from .pinned_tokenizer import tokenizer_dir
 from .show import compose, decode_spans, id_texts, open_parquet, printable, read_group, read_rows, row_header, spans
@@ -55,9 +56,13 @@ def group_stats(table) -> RowStats:
     return RowStats(tokens, supervised, counts, ends - starts)
 
 
-def row_stats(parquet: pq.ParquetFile) -> RowStats:
-    parts = [group_stats(read_group(parquet, g, ["loss_mask", "seq_start_id"]))
-             for g in range(parquet.metadata.num_row_groups)]
+def row_stats(parquet: pq.ParquetFile, path: Path) -> RowStats:
+    parts, first = [], 0
+    for group in range(parquet.metadata.num_row_groups):
+        table = read_group(parquet, group, ["loss_mask", "seq_start_id"])
+        check_row_group(table, first, path)  # a null would count as a number
+        parts.append(group_stats(table))
+        first += table.num_rows
     fields = ("tokens", "supervised", "segments", "segment_lengths")
     return RowStats(*(np.concatenate([getattr(p, f) for p in parts] or [np.zeros(0, np.int64)]) for f in fields))
 
@@ -98,10 +103,10 @@ def charts(stats: RowStats, manifest: dict | None, row_tokens: int) -> str:
                 if by_source else "no manifest: source mix unknown", wide=True)]) + "</div>"
 
 
-def viewer(parquet: pq.ParquetFile, count: int, tokenizer, note: str) -> str:
+def viewer(parquet: pq.ParquetFile, path: Path, count: int, tokenizer, note: str) -> str:
     total = parquet.metadata.num_rows
     out = [f'<p class="note">{html.escape(note)}</p>']
-    for row in read_rows(parquet, 0, min(count, total)):
+    for row in read_rows(parquet, path, 0, min(count, total)):
         parts = spans(row)
         texts = decode_spans(tokenizer, row, parts) if tokenizer is not None else id_texts(row, parts)
         body = compose(row, parts, texts, target=lambda s: f"<mark>{s}</mark>",
@@ -212,9 +217,9 @@ def _viewer_tokenizer(path: Path, name_or_dir: str | None, manifest: dict | None
 def render_report(path: Path, rows: int = 8, name_or_dir: str | None = None) -> str:
     """The whole page, as one string."""
     parquet, manifest = open_parquet(path), manifest_beside(path)
-    stats = row_stats(parquet)
+    stats = row_stats(parquet, path)
     shown = min(rows, len(stats.tokens))
-    rows_html = viewer(parquet, shown, *_viewer_tokenizer(path, name_or_dir, manifest)) if shown else ""
+    rows_html = viewer(parquet, path, shown, *_viewer_tokenizer(path, name_or_dir, manifest)) if shown else ""
     name = (manifest or {}).get("name") or path.name.removesuffix(".parquet")
     row_tokens = int(((manifest or {}).get("output") or {}).get("row_tokens") or stats.tokens.max(initial=0))
     warnings = "".join(f'<div class="warn">{html.escape(w)}</div>' for w in checks(path, stats, manifest))

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .errors import BuildError
-from .hashing import check_schema
+from .hashing import check_row_group, check_schema
 
 COLUMNS = ["input_ids", "loss_mask", "seq_start_id", "conversation_ids"]
 # Control characters would move the cursor or recolour the terminal (data can hold ANSI escapes);
@@ -81,13 +81,14 @@ def _last_id(table: pa.Table, offset: int) -> str | None:
     return ids[-1] if ids else None
 
 
-def read_rows(parquet: pq.ParquetFile, first: int, count: int = 1) -> list[Row]:
-    """Rows first..first+count-1, reading each row group they touch once."""
+def read_rows(parquet: pq.ParquetFile, path: Path, first: int, count: int = 1) -> list[Row]:
+    """Rows first..first+count-1 of the file at path, reading (and checking) each row group they touch once."""
     rows, tables = [], {}
     for index in range(first, first + count):
         group, offset = locate(parquet, index)
         if group not in tables:
             tables = {group: read_group(parquet, group, COLUMNS)}  # keep one group in memory
+            check_row_group(tables[group], index - offset, path)
         one = tables[group].slice(offset, 1)
         values = {name: one.column(name).combine_chunks().flatten() for name in COLUMNS}
         ids = tuple(values["conversation_ids"].to_pylist())
@@ -117,9 +118,18 @@ def spans(row: Row) -> list[Span]:
 
 
 def decode_spans(tokenizer, row: Row, parts: list[Span]) -> list[str]:
-    """Each span decoded as a whole: token-by-token decoding splits multi-byte characters."""
-    pieces = [row.input_ids[p.start:p.end].tolist() for p in parts]
-    return tokenizer.batch_decode(pieces, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    """Each span's text as it reads within the row. A span decoded alone can lose its leading space
+    (Metaspace decoders strip the first token's) or split a multi-byte character, so the row's
+    prefixes up to each span's end are decoded and differenced; a span whose prefix does not extend
+    the one before (a character cut at the boundary) is decoded alone."""
+    options = dict(skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    prefixes = tokenizer.batch_decode([row.input_ids[:p.end].tolist() for p in parts], **options)
+    texts, before = [], ""
+    for part, prefix in zip(parts, prefixes):
+        texts.append(prefix[len(before):] if prefix.startswith(before) else
+                     tokenizer.decode(row.input_ids[part.start:part.end].tolist(), **options))
+        before = prefix
+    return texts
 
 
 def id_texts(row: Row, parts: list[Span]) -> list[str]:

@@ -120,6 +120,35 @@ def test_missing_shard(hub, tmp_path):
                                   "data/train-00001-of-00002.parquet")
 
 
+def source_snapshot(cache: Path) -> Path:
+    return cache / f"datasets--{SOURCE_REPO.replace('/', '--')}" / "snapshots" / SOURCE_COMMIT
+
+
+@pytest.mark.parametrize("change", ["regular file", "link outside the cache"])
+def test_a_snapshot_changed_by_hand_is_refused(hub, tmp_path, change):
+    cache, config = hub
+    link = source_snapshot(cache) / "data" / "train-00000-of-00002.parquet"
+    data = link.read_bytes()
+    link.unlink()
+    if change == "regular file":
+        link.write_bytes(data)
+    else:
+        (tmp_path / "elsewhere.parquet").write_bytes(data)
+        link.symlink_to(tmp_path / "elsewhere.parquet")
+    result = run(cache, "make", str(config), "--out", str(tmp_path / "out"))
+    assert_one_line_error(result, "data/train-00000-of-00002.parquet: not a link to a blob of the hub cache")
+
+
+@pytest.mark.parametrize("stray", ["train-extra.parquet", "train-00000-of-00002 (1).parquet",
+                                   "train-x-00000-of-00002.parquet"])
+def test_a_file_beside_the_shards_is_refused(tmp_path, stray):
+    shutil.copytree(SOURCE_DIR, tmp_path / "src")
+    shutil.copy(tmp_path / "src" / "data" / "train-00000-of-00002.parquet", tmp_path / "src" / "data" / stray)
+    config = write_config(tmp_path / "c.yaml", source={"dir": str(tmp_path / "src")})
+    result = run(tmp_path / "hub", "make", str(config), "--out", str(tmp_path / "out"))
+    assert_one_line_error(result, f"data/{stray} is not a shard of the split (data/train-NNNNN-of-NNNNN.parquet)")
+
+
 def test_missing_tokenizer_file(hub, tmp_path):
     cache, config = hub
     (cache / f"models--{TOKENIZER_REPO.replace('/', '--')}" / "snapshots" / TOKENIZER_COMMIT /

@@ -96,6 +96,13 @@ def test_a_worker_build_error_is_one_line(ray_instance):
     assert "\n" not in str(caught.value)
 
 
+def test_any_other_worker_error_is_one_line_too(ray_instance):
+    encoder, conversations = _tiny_stream()
+    encoder.loss_mask = "no-such-strategy"  # a KeyError inside the worker: a bug, still not a remote traceback
+    with pytest.raises(BuildError, match="^a Ray worker failed: KeyError: 'no-such-strategy'$"):
+        list(ray_encode_stream(conversations(), encoder, 16, 2, None))
+
+
 def test_refuses_workers_with_other_libraries(ray_instance, monkeypatch):
     import databuild.ray_executor as executor
 

@@ -12,21 +12,15 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
+from conftest import TOKENIZER_DIR
 from databuild.build import make
 from databuild.cli import main
-from databuild.cli_view import report, show
 from databuild.config import resolve_config
 from databuild.render import load_tokenizer
 from databuild.pinned_tokenizer import tokenizer_dir
-from databuild.show import decode_spans, open_parquet, read_rows, spans
+from databuild.show import Row, decode_spans, open_parquet, read_rows, spans
 
 NAME = "muse-spark-tiny-fixed512-v1"
-
-# Until cli.py registers them itself; either way `main` is the real entry point under test.
-for command in (show, report):
-    if command.name not in main.commands:
-        main.add_command(command)
-
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
@@ -86,7 +80,7 @@ def test_run_decoding_keeps_every_character(built):
     """Decoding by runs gives the same text as decoding the whole row: no split multi-byte characters."""
     parquet, manifest, _ = built
     tokenizer = load_tokenizer(tokenizer_dir(parquet, None, manifest))
-    for row in read_rows(open_parquet(parquet), 0, 40):
+    for row in read_rows(open_parquet(parquet), parquet, 0, 40):
         parts = spans(row)
         assert [p.start for p in parts][0] == 0 and parts[-1].end == 512
         assert "".join(decode_spans(tokenizer, row, parts)) == tokenizer.decode(
@@ -165,6 +159,33 @@ def test_errors_are_one_line(built, tmp_path, args):
     assert isinstance(result.exception, SystemExit) and "Traceback" not in result.output
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+
+
+@pytest.mark.parametrize("command", ["show", "report"])
+def test_a_row_file_with_nulls_is_one_line(built, tmp_path, command):
+    table = pq.read_table(built[0])
+    rows = table.to_pylist()
+    rows[0]["loss_mask"] = [None] + rows[0]["loss_mask"][1:]
+    damaged = tmp_path / "rows.parquet"
+    pq.write_table(pq.read_table(built[0]).from_pylist(rows, schema=table.schema), damaged)
+    result = run(command, str(damaged), *(["--tokenizer", str(TOKENIZER_DIR)] if command == "show" else
+                                          ["-o", str(tmp_path / "r.html")]))
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert result.stderr.strip() == f"error: {damaged}: row 0: column 'loss_mask' holds a null or empty value"
+
+
+def test_spans_read_as_in_the_row_with_a_metaspace_decoder():
+    """Decoded alone, a span would lose the leading space a Metaspace decoder strips from a text's
+    first token: 'Hello' + 'world again' for 'Hello world again'."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    backend = Tokenizer(models.WordLevel({"<unk>": 0, "\u2581Hello": 1, "\u2581world": 2, "\u2581again": 3},
+                                         unk_token="<unk>"))
+    backend.pre_tokenizer, backend.decoder = pre_tokenizers.Metaspace(), decoders.Metaspace()
+    row = Row(0, np.array([1, 2, 3], np.int32), np.array([0, 1, 1], np.int8), np.array([0], np.int32), ("c",), False)
+    texts = decode_spans(PreTrainedTokenizerFast(tokenizer_object=backend), row, spans(row))
+    assert texts == ["Hello", " world again"]
 
 
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium is not installed")
