@@ -8,6 +8,7 @@ cache names their blob by, and the source's shard set against its `-of-NNNNN` co
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import re
 from dataclasses import dataclass
@@ -186,10 +187,31 @@ def resolve_inputs(config: BuildConfig, offline: bool = False) -> ResolvedInputs
 
 def fetch(config: BuildConfig) -> ResolvedInputs:
     """Download exactly the pinned files into the hub cache, then check them as a build would."""
+    if offline_mode(False):
+        raise BuildError("fetch downloads from the hub, and HF_HUB_OFFLINE is set: unset it, or build from "
+                         f"what is cached with 'databuild make {config.name} --offline'")
     if config.source.dir is None:
-        hub_snapshot(config.source.repo, config.source.revision, "dataset",
-                     [f"data/{config.source.split}-*.parquet"], False, NETWORK_HINT)
+        _fetch_all(config.source.repo, config.source.revision, "dataset", [f"data/{config.source.split}-*.parquet"])
     if config.tokenizer.dir is None:
-        hub_snapshot(config.tokenizer.repo, config.tokenizer.revision, "model", list(TOKENIZER_FILES), False,
-                     NETWORK_HINT)
+        _fetch_all(config.tokenizer.repo, config.tokenizer.revision, "model", list(TOKENIZER_FILES))
     return resolve_inputs(config, offline=True)
+
+
+def _fetch_all(repo: str, revision: str, repo_type: str, patterns: list[str]) -> None:
+    """snapshot_download, then every file of the commit that the patterns select must be in the
+    snapshot: with the hub unreachable, snapshot_download hands back whatever is cached, and a fetch
+    that reported success over a partial cache would leave the offline build to find out."""
+    from huggingface_hub import HfApi
+
+    snapshot = hub_snapshot(repo, revision, repo_type, patterns, False, NETWORK_HINT)
+    where = f"{repo_type} {repo}@{revision}"
+    try:
+        listed = HfApi().list_repo_files(repo, revision=revision, repo_type=repo_type)
+    except Exception as exc:  # any failure to list means this fetch cannot vouch for the cache
+        raise BuildError(f"{where}: cannot list the files of the commit ({type(exc).__name__}: "
+                         f"{_first_line(exc)}); {NETWORK_HINT}") from None
+    missing = [name for name in listed
+               if any(fnmatch.fnmatch(name, p) for p in patterns) and not (snapshot / name).is_file()]
+    if missing:
+        raise BuildError(f"{where}: {missing[0]} is not in the cache ({len(missing)} of the commit's files "
+                         f"missing); {NETWORK_HINT}, then fetch again")

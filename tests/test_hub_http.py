@@ -60,11 +60,12 @@ def run(server: HubServer, home: Path, *args: str, token: str | None = None) -> 
                           cwd=REPO, timeout=60)
 
 
-def expected_requests() -> list[tuple[str, str, str]]:
+def expected_requests(listings: int = 1) -> list[tuple[str, str, str]]:
     """(origin, method, path) of a download of exactly the pinned files, each once: a tree listing per
-    repo at its commit, a HEAD per file, then a GET of the file from the hub (git blobs) or the CDN (LFS)."""
-    out = [("hub", "GET", f"/api/datasets/{SOURCE_REPO}/tree/{SOURCE_COMMIT}?recursive=true&expand=false"),
-           ("hub", "GET", f"/api/models/{TOKENIZER_REPO}/tree/{TOKENIZER_COMMIT}?recursive=true&expand=false")]
+    repo at its commit (`fetch` lists again to check the snapshot is complete), a HEAD per file, then a
+    GET of the file from the hub (git blobs) or the CDN (LFS)."""
+    out = listings * [("hub", "GET", f"/api/datasets/{SOURCE_REPO}/tree/{SOURCE_COMMIT}?recursive=true&expand=false"),
+                      ("hub", "GET", f"/api/models/{TOKENIZER_REPO}/tree/{TOKENIZER_COMMIT}?recursive=true&expand=false")]
     for prefix, root, names in ((f"/datasets/{SOURCE_REPO}/resolve/{SOURCE_COMMIT}", SOURCE_DIR, SHARDS),
                                 (f"/{TOKENIZER_REPO}/resolve/{TOKENIZER_COMMIT}", TOKENIZER_DIR, TOKENIZER_FILES)):
         for name in names:
@@ -99,7 +100,7 @@ def test_fetch_downloads_the_pinned_files_then_offline_make_is_golden(tmp_path):
         result = run(server, tmp_path / "hf", "fetch", str(config))
         assert result.returncode == 0, result.stderr
         assert f"snapshots/{SOURCE_COMMIT}" in result.stdout and f"snapshots/{TOKENIZER_COMMIT}" in result.stdout
-        assert seen(server.requests) == expected_requests()
+        assert seen(server.requests) == expected_requests(listings=2)
         assert commits(server.requests) == {SOURCE_COMMIT, TOKENIZER_COMMIT}
         fetched = len(server.requests)
 
@@ -132,7 +133,7 @@ def test_gated_dataset_needs_the_token(tmp_path, wrong_token):
         result = run(server, tmp_path / "hf", "fetch", str(config), token=TOKEN)
         assert result.returncode == 0, result.stderr
         accepted = server.requests[refused_requests:]
-        assert seen(accepted) == expected_requests()
+        assert seen(accepted) == expected_requests(listings=2)
         # The token goes to the hub only; the CDN's urls are their own authorization, as on the real hub.
         assert {r.authorization for r in accepted if r.origin == "hub"} == {f"Bearer {TOKEN}"}
         assert {r.authorization for r in accepted if r.origin == "cdn"} == {None}
