@@ -64,7 +64,55 @@ def read_manifest(path: Path) -> dict[str, Any]:
         raise BuildError(f"{path}: cannot read manifest: {exc}") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise BuildError(f"{path}: not a {FORMAT} manifest")
+    _check_shape(manifest, path)
     return manifest
+
+
+NUMBER = (int, float)
+# The type of every field a reader of the manifest uses (where present): a manifest edited by hand
+# is refused in one line naming the field, not met by a traceback deep in a view.
+SHAPE: dict[str, type | tuple] = {
+    "output": dict, "build": dict, "inputs": dict, "counts": dict, "versions": dict, "row_digests": list,
+    "output.rows": int, "output.row_tokens": int, "output.tokens": int, "output.padding_tokens": int,
+    "output.supervised_tokens": int, "output.supervised_token_ratio": NUMBER, "output.parquet_bytes": int,
+    "output.rows_sha256": str, "output.parquet_sha256": str, "output.file": str,
+    "build.template_kwargs": dict, "build.seed": int, "build.loss_mask": str,
+    "inputs.tokenizer": dict, "inputs.tokenizer.repo": str, "inputs.tokenizer.revision": str,
+    "inputs.tokenizer.sha256": dict, "inputs.source": dict, "inputs.source.files": list,
+    "counts.rows_skipped": dict, "counts.conversations_skipped": dict, "counts.by_source": dict,
+}
+ITEMS: dict[str, dict[str, type | tuple]] = {  # fields of each entry of a mapping's values or a list
+    "counts.by_source": {"conversations": int, "tokens": int},
+    "inputs.source.files": {"path": str, "bytes": int, "sha256": str, "rows": int},
+}
+
+
+def _check_shape(manifest: dict[str, Any], path: Path) -> None:
+    from .errors import BuildError
+
+    def fail(field: str, value: Any, kind) -> BuildError:
+        names = "/".join(k.__name__ for k in kind) if isinstance(kind, tuple) else kind.__name__
+        return BuildError(f"{path}: manifest field {field} is {type(value).__name__} {value!r:.40}, expected {names}")
+
+    def good(value: Any, kind) -> bool:
+        return isinstance(value, kind) and not (isinstance(value, bool) and kind is not bool)
+
+    for field, kind in SHAPE.items():
+        value, present = manifest, True
+        for key in field.split("."):
+            present = isinstance(value, dict) and key in value
+            if not present:
+                break
+            value = value[key]
+        if present and not good(value, kind):
+            raise fail(field, value, kind)
+        if present and field in ITEMS:
+            for index, entry in enumerate(value.values() if isinstance(value, dict) else value):
+                if not isinstance(entry, dict):
+                    raise fail(f"{field}[{index}]", entry, dict)
+                for key, item_kind in ITEMS[field].items():
+                    if key in entry and not good(entry[key], item_kind):
+                        raise fail(f"{field}[{index}].{key}", entry[key], item_kind)
 
 
 def manifest_beside(parquet: Path) -> dict | None:

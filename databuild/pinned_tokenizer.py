@@ -58,8 +58,9 @@ def tokenizer_dir(parquet: Path, name_or_dir: str | None, manifest: dict | None)
     pin = ((manifest or {}).get("inputs") or {}).get("tokenizer") or {}
     if name_or_dir is not None:
         directory = _explicit(name_or_dir)
-    elif not pin.get("repo"):
-        raise BuildError(f"{parquet}: no manifest beside it names the tokenizer; pass --tokenizer DIR")
+    elif not (pin.get("repo") and pin.get("revision")):
+        raise BuildError(f"{parquet}: no manifest beside it names the tokenizer (repo and revision); "
+                         "pass --tokenizer DIR")
     else:
         directory = _hub_cache(pin["repo"], pin["revision"]) or _from_configs(pin["repo"], pin["revision"])
         if directory is None:

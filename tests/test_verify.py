@@ -163,8 +163,8 @@ def test_streaming_hash_equals_the_build_hash(tiny_build):
     (lambda m: {"format": m["format"]}, "the manifest has no output.parquet_sha256"),
     (lambda m: {**m, "output": {k: v for k, v in m["output"].items() if k != "rows_sha256"}},
      "the manifest has no output.rows_sha256"),
-    (lambda m: {**m, "output": "done"}, "the manifest has no output.parquet_sha256"),
-    (lambda m: {**m, "versions": "latest"}, "the manifest's 'versions' is not a dict"),
+    (lambda m: {**m, "output": "done"}, "manifest field output is str 'done', expected dict"),
+    (lambda m: {**m, "versions": "latest"}, "manifest field versions is str 'latest', expected dict"),
 ])
 def test_a_manifest_that_pins_too_little_is_refused(copy, change, message):
     parquet, manifest = copy

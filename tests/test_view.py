@@ -174,6 +174,22 @@ def test_a_row_file_with_nulls_is_one_line(built, tmp_path, command):
     assert result.stderr.strip() == f"error: {damaged}: row 0: column 'loss_mask' holds a null or empty value"
 
 
+@pytest.mark.parametrize("command", ["show", "report"])
+@pytest.mark.parametrize("change, field", [
+    (lambda m: m["counts"].update(by_source={"s": 3}), "counts.by_source[0] is int 3, expected dict"),
+    (lambda m: m["output"].update(rows="40"), "output.rows is str '40', expected int"),
+])
+def test_a_manifest_edited_by_hand_is_one_line(built, tmp_path, command, change, field):
+    shutil.copy(built[0], tmp_path / "rows.parquet")
+    manifest = json.loads(json.dumps(built[1]))
+    change(manifest)
+    (tmp_path / "rows.manifest.json").write_text(json.dumps(manifest))
+    result = run(command, str(tmp_path / "rows.parquet"), *(["-o", str(tmp_path / "r.html")] if command == "report"
+                                                            else []))
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert result.stderr.strip() == f"error: {tmp_path / 'rows.manifest.json'}: manifest field {field}"
+
+
 def test_spans_read_as_in_the_row_with_a_metaspace_decoder():
     """Decoded alone, a span would lose the leading space a Metaspace decoder strips from a text's
     first token: 'Hello' + 'world again' for 'Hello world again'."""
