@@ -238,4 +238,5 @@ def build_manifest(config: BuildConfig, inputs: ResolvedInputs, separator: str, 
         "skipped_conversations": [m.__dict__ for m in skipped],
         "versions": library_versions(),
         "row_digests": row_digests,
+        "continued_rows": stats.continued_rows,
     }

@@ -49,14 +49,15 @@ def show(parquet, row, name_or_dir, color):
       databuild show rows.parquet --row 6000 --tokenizer ./tokenizer
       databuild show rows.parquet --row 12 --color always | less -R
     """
-    from .render import load_tokenizer
     from .manifest import manifest_beside
     from .pinned_tokenizer import tokenizer_dir
+    from .render import load_tokenizer
     from .show import compose, decode_spans, open_parquet, read_rows, row_header, spans
 
-    parquet_file = open_parquet(parquet)
-    target = read_rows(parquet_file, parquet, row)[0]  # checks the index before any tokenizer is loaded
-    tokenizer = load_tokenizer(tokenizer_dir(parquet, name_or_dir, manifest_beside(parquet)))
+    parquet_file, manifest = open_parquet(parquet), manifest_beside(parquet)
+    # the row first: its index is checked before any tokenizer is loaded
+    target = read_rows(parquet_file, parquet, row, continued_rows=(manifest or {}).get("continued_rows"))[0]
+    tokenizer = load_tokenizer(tokenizer_dir(parquet, name_or_dir, manifest))
     parts = spans(target)
     texts = decode_spans(tokenizer, target, parts)
     ansi = color == "always" or (color == "auto" and sys.stdout.isatty())

@@ -73,6 +73,7 @@ NUMBER = (int, float)
 # is refused in one line naming the field, not met by a traceback deep in a view.
 SHAPE: dict[str, type | tuple] = {
     "output": dict, "build": dict, "inputs": dict, "counts": dict, "versions": dict, "row_digests": list,
+    "continued_rows": list,
     "output.rows": int, "output.row_tokens": int, "output.tokens": int, "output.padding_tokens": int,
     "output.supervised_tokens": int, "output.supervised_token_ratio": NUMBER, "output.parquet_bytes": int,
     "output.rows_sha256": str, "output.parquet_sha256": str, "output.file": str,

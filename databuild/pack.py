@@ -27,6 +27,7 @@ class Row:
     seq_start_id: np.ndarray  # int32, starts with 0, increasing
     conversation_ids: tuple[str, ...]  # one per segment: whose tokens start at seq_start_id[k]
     sources: tuple[str, ...]  # the source of each segment's conversation
+    continues: bool  # its first segment's conversation began in an earlier row (kept or skipped)
 
 
 @dataclass
@@ -39,9 +40,12 @@ class PackStats:
     supervised_tokens_kept: int = 0
     conversations_by_source: Counter = field(default_factory=Counter)  # with tokens in kept rows
     tokens_by_source: Counter = field(default_factory=Counter)  # tokens in kept rows
+    continued_rows: list[int] = field(default_factory=list)  # kept rows whose Row.continues
     _last_counted: int = -1
 
     def count_kept(self, row: Row, positions: np.ndarray) -> None:
+        if row.continues:
+            self.continued_rows.append(self.rows_kept)
         self.rows_kept += 1
         self.tokens_kept += len(row.input_ids)
         self.supervised_tokens_kept += int(row.loss_mask.sum(dtype=np.int64))
@@ -116,7 +120,7 @@ def pack_rows(conversations: Iterable[TokenizedConversation], row_tokens: int, s
                 continue
             starts, which = segments.row(low, low + row_tokens)
             row = Row(ids[low:low + row_tokens], row_mask, np.asarray(starts, dtype=np.int32),
-                      tuple(segments.ids[which]), tuple(segments.sources[which]))
+                      tuple(segments.ids[which]), tuple(segments.sources[which]), segments.starts[which.start] < low)
             stats.count_kept(row, np.asarray(segments.positions[which]))
             yield row
         pieces_ids, pieces_mask = [ids[full:]], [mask[full:]]

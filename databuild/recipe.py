@@ -3,8 +3,8 @@
 The write adds the values the block lacks and refuses to change one it already pins, unless asked to
 (`repin`): a rebuild that does not reproduce the pinned rows must not pass silently. Everything else
 in the file stays byte for byte (comments, key order, quoting, folded strings, line breaks):
-`yaml_splice` edits the text only where ruamel says each value stands. The result must parse to the same document with just those values
-changed before it atomically replaces the file.
+`yaml_splice` edits the text only where ruamel says each value stands. The result must parse to
+the same document with just those values changed before it atomically replaces the file.
 """
 
 from __future__ import annotations

@@ -50,7 +50,8 @@ def load_tokenizer(directory: Path):
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
     except Exception as exc:  # transformers and tokenizers raise many kinds (KeyError, bare Exception) on bad files
-        raise BuildError(f"{directory}: cannot load tokenizer: {type(exc).__name__}: {exc}".replace("\n", " ")) from None
+        why = f"{type(exc).__name__}: {exc}".replace("\n", " ")
+        raise BuildError(f"{directory}: cannot load tokenizer: {why}") from None
     if not getattr(tokenizer, "is_fast", False):
         raise BuildError(f"{directory}: a fast tokenizer (tokenizer.json) is required for offsets")
     if not tokenizer.chat_template:

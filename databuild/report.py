@@ -103,10 +103,10 @@ def charts(stats: RowStats, manifest: dict | None, row_tokens: int) -> str:
                 if by_source else "no manifest: source mix unknown", wide=True)]) + "</div>"
 
 
-def viewer(parquet: pq.ParquetFile, path: Path, count: int, tokenizer, note: str) -> str:
+def viewer(parquet: pq.ParquetFile, path: Path, manifest: dict | None, count: int, tokenizer, note: str) -> str:
     total = parquet.metadata.num_rows
     out = [f'<p class="note">{html.escape(note)}</p>']
-    for row in read_rows(parquet, path, 0, min(count, total)):
+    for row in read_rows(parquet, path, 0, min(count, total), (manifest or {}).get("continued_rows")):
         parts = spans(row)
         texts = decode_spans(tokenizer, row, parts) if tokenizer is not None else id_texts(row, parts)
         body = compose(row, parts, texts, target=lambda s: f"<mark>{s}</mark>",
@@ -219,7 +219,7 @@ def render_report(path: Path, rows: int = 8, name_or_dir: str | None = None) -> 
     parquet, manifest = open_parquet(path), manifest_beside(path)
     stats = row_stats(parquet, path)
     shown = min(rows, len(stats.tokens))
-    rows_html = viewer(parquet, path, shown, *_viewer_tokenizer(path, name_or_dir, manifest)) if shown else ""
+    rows_html = viewer(parquet, path, manifest, shown, *_viewer_tokenizer(path, name_or_dir, manifest)) if shown else ""
     name = (manifest or {}).get("name") or path.name.removesuffix(".parquet")
     row_tokens = int(((manifest or {}).get("output") or {}).get("row_tokens") or stats.tokens.max(initial=0))
     warnings = "".join(f'<div class="warn">{html.escape(w)}</div>' for w in checks(path, stats, manifest))

@@ -31,7 +31,7 @@ class Row:
     loss_mask: np.ndarray
     seq_start_id: np.ndarray
     conversation_ids: tuple[str, ...]
-    continued: bool  # its first segment continues the previous row's last conversation
+    continued: bool  # its first segment continues a conversation begun in an earlier row
 
 
 @dataclass(frozen=True)
@@ -81,8 +81,12 @@ def _last_id(table: pa.Table, offset: int) -> str | None:
     return ids[-1] if ids else None
 
 
-def read_rows(parquet: pq.ParquetFile, path: Path, first: int, count: int = 1) -> list[Row]:
-    """Rows first..first+count-1 of the file at path, reading (and checking) each row group they touch once."""
+def read_rows(parquet: pq.ParquetFile, path: Path, first: int, count: int = 1,
+              continued_rows: list[int] | None = None) -> list[Row]:
+    """Rows first..first+count-1 of the file at path, reading (and checking) each row group they touch
+    once. Whether a row's first segment continues an earlier row's conversation comes from the
+    manifest's `continued_rows` when given; the file alone can only compare it with the previous kept
+    row's last id, which misses a conversation begun in a row skipped for having no target."""
     rows, tables = [], {}
     for index in range(first, first + count):
         group, offset = locate(parquet, index)
@@ -92,17 +96,18 @@ def read_rows(parquet: pq.ParquetFile, path: Path, first: int, count: int = 1) -
         one = tables[group].slice(offset, 1)
         values = {name: one.column(name).combine_chunks().flatten() for name in COLUMNS}
         ids = tuple(values["conversation_ids"].to_pylist())
-        if offset:
-            previous = _last_id(tables[group], offset - 1)
+        if continued_rows is not None:
+            continued = index in continued_rows
+        elif offset:
+            continued = _last_id(tables[group], offset - 1) == ids[0]
         elif group:  # the previous row sits in the group before: read its one small column
             before = read_group(parquet, group - 1, ["conversation_ids"])
-            previous = _last_id(before, before.num_rows - 1)
+            continued = _last_id(before, before.num_rows - 1) == ids[0]
         else:
-            previous = None
+            continued = False
         rows.append(Row(index, values["input_ids"].to_numpy(zero_copy_only=False),
                         values["loss_mask"].to_numpy(zero_copy_only=False),
-                        values["seq_start_id"].to_numpy(zero_copy_only=False), ids,
-                        bool(ids) and previous == ids[0]))
+                        values["seq_start_id"].to_numpy(zero_copy_only=False), ids, continued))
     return rows
 
 
@@ -150,7 +155,7 @@ def compose(row: Row, parts: list[Span], texts: list[str], *, target: Callable[[
     for part, text in zip(parts, texts):
         if part.start in starts:
             k = part.segment
-            note = " (continued from the previous row)" if k == 0 and row.continued else ""
+            note = " (continued from an earlier row)" if k == 0 and row.continued else ""
             label = f"⟦{row.conversation_ids[k]}⟧ tokens {part.start}..{int(ends[k]) - 1}{note}"
             out.append(("" if at_line_start else "\n") + marker(escape(label)) + "\n")
         out.append(target(escape(text)) if part.supervised else escape(text))

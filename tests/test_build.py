@@ -56,7 +56,7 @@ def independent_rows(tokenizer, source_conversations, row_tokens, rows_wanted):
     ids, mask, starts, owners = [], [], [], []
     header_end = tokenizer.convert_tokens_to_ids(HEADER_END)
     closings = set(tokenizer.convert_tokens_to_ids(list(CLOSINGS)))
-    kept, skipped = [], 0
+    kept, skipped, continued = [], 0, []
     for k, index in enumerate(order):
         cid, messages = source_conversations[index]
         out = tokenizer.apply_chat_template([{"role": r, "content": c} for r, c in messages], tokenize=True,
@@ -80,19 +80,22 @@ def independent_rows(tokenizer, source_conversations, row_tokens, rows_wanted):
                 continue
             inside = [j for j, s in enumerate(starts) if low < s < low + row_tokens]
             first = max(j for j, s in enumerate(starts) if s <= low)
+            if starts[first] < low:  # its conversation began in an earlier row, kept or skipped
+                continued.append(len(kept))
             kept.append({"input_ids": ids[low:low + row_tokens], "loss_mask": row_mask,
                          "seq_start_id": [0] + [starts[j] - low for j in inside],
                          "conversation_ids": [owners[first]] + [owners[j] for j in inside]})
         if len(kept) == rows_wanted:
-            return kept, skipped
+            return kept, skipped, continued
     raise AssertionError("fixtures ran out")
 
 
 def test_rows_match_an_independent_rebuild(tiny_build, tokenizer, source_conversations):
     table = pq.read_table(tiny_build.parquet)
-    expected, skipped = independent_rows(tokenizer, source_conversations, 512, table.num_rows)
+    expected, skipped, continued = independent_rows(tokenizer, source_conversations, 512, table.num_rows)
     assert table.to_pylist() == expected
     assert tiny_build.data["counts"]["rows_skipped"]["no_supervised_token"] == skipped
+    assert tiny_build.data["continued_rows"] == continued
 
 
 def test_packing_invariants_and_counts(tiny_build, tokenizer):

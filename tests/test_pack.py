@@ -84,3 +84,16 @@ def test_rows_are_the_stream_cut_in_order(row_tokens):
     rows, _ = rows_of(conversations, row_tokens)
     flat = [t for r in rows for t in r.input_ids.tolist()]
     assert flat == stream[:len(flat)] and len(flat) == len(stream) // row_tokens * row_tokens
+
+
+def test_a_row_continues_a_conversation_begun_in_a_skipped_row():
+    """c0's first 8 tokens fill two rows without a target, both skipped: the kept row after them still
+    continues c0, though no kept row before it shows c0."""
+    rows, stats = rows_of([conv(0, list(range(10)), [0] * 8 + [1, 1]), conv(1, [20, 21, 22, 23, 24], [1] * 5)], 4)
+    assert [r.conversation_ids for r in rows] == [("c0", "c1"), ("c1",)]
+    assert [r.continues for r in rows] == [True, True]
+    assert stats.rows_skipped_unsupervised == 2 and stats.continued_rows == [0, 1]
+    at_start, _ = rows_of([conv(0, [1, 2, 3], [1, 1, 1]), conv(1, [4, 5, 6, 7], [1] * 4)], 4)
+    assert [r.continues for r in at_start] == [False, False]  # c1 begins exactly where row 1 does
+    inside, _ = rows_of([conv(0, [1, 2], [1, 1]), conv(1, [4, 5, 6, 7, 8], [1] * 5)], 4)
+    assert [r.continues for r in inside] == [False, True]

@@ -73,7 +73,7 @@ def test_continuation_is_marked(built):
     parquet, _, table = built
     ids = table.column("conversation_ids").to_pylist()
     row = next(i for i in range(1, len(ids)) if ids[i][0] == ids[i - 1][-1])
-    assert "continued from the previous row" in run("show", parquet, "--row", row).stdout
+    assert "continued from an earlier row" in run("show", parquet, "--row", row).stdout
 
 
 def test_run_decoding_keeps_every_character(built):
