@@ -64,7 +64,8 @@ class HubServer:
     repo_id): token} makes a repo gated (401 without a token, 403 with another one). Every request
     is kept in `requests`, in arrival order. `lfs` {sha256: bytes} is what the CDN serves: a test
     may alter it to play a transfer that went wrong, and `cut_lfs_after` N makes the CDN close the
-    connection after N bytes of a file. Use as a context manager; `url` is the HF_ENDPOINT."""
+    connection after N bytes of a file, and `down` makes the hub answer every request with a bare 403,
+    as a hub behind a failing proxy would. Use as a context manager; `url` is the HF_ENDPOINT."""
 
     def __init__(self, repos: dict[tuple[str, str, str], Files], tokens: dict[tuple[str, str], str] | None = None):
         self.repos = repos
@@ -73,6 +74,7 @@ class HubServer:
                     for path, data in files.items() if is_lfs(path, data)}
         self.requests: list[Request] = []
         self.cut_lfs_after: int | None = None
+        self.down = False
         self._lock = threading.Lock()
         self._hub = _Server(("127.0.0.1", 0), self._handler("hub"))
         self._cdn = _Server(("127.0.0.1", 0), self._handler("cdn"))
@@ -129,6 +131,8 @@ class HubServer:
         return 200, {"Content-Type": "application/octet-stream"}, self.lfs[match.group(1)]
 
     def _hub_response(self, handler: BaseHTTPRequestHandler, path: str) -> tuple[int, dict, bytes]:
+        if self.down:
+            return 403, {}, b"forbidden by the proxy"
         if match := TREE_RE.fullmatch(path):
             repo_type, repo_id, commit = match.group(1)[:-1], match.group(2), match.group(3)
             file_path = None

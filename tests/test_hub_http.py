@@ -148,6 +148,19 @@ def test_a_commit_the_hub_does_not_have_is_named(tmp_path):
     assert_one_line_error(result, f"dataset {SOURCE_REPO}@{missing}: no such commit in the repo (HTTP 404)")
 
 
+def test_fetch_does_not_vouch_for_a_cache_it_could_not_check(tmp_path):
+    """With the hub refusing every request, huggingface_hub hands back the cached snapshot; fetch must
+    still fail, as it could not ask the hub what the commit holds."""
+    config = hub_config(tmp_path)
+    with HubServer(fixture_repos()) as server:
+        assert run(server, tmp_path / "hf", "fetch", str(config)).returncode == 0
+        server.down = True
+        result = run(server, tmp_path / "hf", "fetch", str(config))
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.splitlines()[-1].startswith(
+        f"error: dataset {SOURCE_REPO}@{SOURCE_COMMIT}: cannot list the files of the commit ("), result.stderr
+
+
 def test_a_repo_the_hub_does_not_have_is_named(tmp_path):
     config = write_config(tmp_path / f"{TINY}.yaml", source={"dir": None, "repo": "databuild-fixtures/nothing"},
                           tokenizer={"dir": None})
