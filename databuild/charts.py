@@ -1,4 +1,4 @@
-"""Hand-written inline SVG charts for the report: no script, no library, no external reference."""
+"""The report's charts: hand-written inline SVG, no script, no library, no external reference."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import numpy as np
 
 W, H, LEFT, RIGHT, TOP, BOTTOM = 520, 210, 56, 12, 12, 40  # one chart's viewBox and margins
 BARS = 228  # beyond this many rows, bars show buckets of rows (about 2 px a bar)
+WIDE = 1040  # the source mix spans both columns: source names are long
 
 
 def _num(value) -> str:
@@ -91,3 +92,40 @@ def histogram_chart(values: np.ndarray, lo: int, hi: int, unit: str, xlabel: str
     names = [str(a) if b - a == 1 else f"{a}..{b - 1}" for a, b in zip(edges[:-1], edges[1:])]
     tips = [f"{name}: {int(c):,} {unit}" for name, c in zip(names, counts)]
     return svg_bars(counts, tips, _ticks(len(names), lambda i: str(edges[i])), xlabel)
+
+
+def _figure(title: str, svg: str, caption: str, wide: bool = False) -> str:
+    return (f'<figure class="{"wide" if wide else ""}"><figcaption><b>{html.escape(title)}</b> '
+            f'{html.escape(caption)}</figcaption>{svg}</figure>')
+
+
+def _share(items: dict, what: str) -> list[tuple[str, float, str]]:
+    total = sum(v.get(what, 0) for v in items.values()) or 1
+    return [(name, v.get(what, 0), f"{v.get(what, 0):,} ({v.get(what, 0) / total:.1%})") for name, v in items.items()]
+
+
+def chart_grid(stats, manifest: dict | None, row_tokens: int) -> str:
+    """The report's five figures, from its RowStats and the manifest's counts."""
+    counts = (manifest or {}).get("counts") or {}
+    sup, segs, lengths = stats.supervised, stats.segments, stats.segment_lengths
+    skipped = counts.get("rows_skipped") or {}
+    by_source = counts.get("by_source") or {}
+    bad = ", ".join(f"{v:,} {k}" for k, v in (counts.get("conversations_skipped") or {}).items()) or "none"
+    mix = "".join(f"<h3>{what}</h3>{svg_hbars(_share(by_source, what), WIDE)}" for what in ("tokens", "conversations"))
+    return '<div class="grid">' + "".join([
+        _figure("Supervised tokens per row", per_row_chart(sup, row_tokens),
+                f"mean {sup.mean() if len(sup) else 0:,.0f} of {row_tokens:,}; "
+                f"min {sup.min() if len(sup) else 0:,}, max {sup.max(initial=0):,}"),
+        _figure("Conversations per row", histogram_chart(segs, 1, int(segs.max(initial=1)), "rows",
+                                                         "conversation segments in the row"),
+                f"rows by len(seq_start_id); mean {segs.mean() if len(segs) else 0:.2f}"),
+        _figure("Conversation segment lengths", histogram_chart(lengths, 1, max(row_tokens, 1), "segments",
+                                                                "tokens in the segment", 32),
+                f"{len(lengths):,} segments by length (a conversation split across rows counts once per "
+                f"row); median {np.median(lengths) if len(lengths) else 0:,.0f}"),
+        _figure("Skipped rows", svg_hbars([("kept rows", len(sup), f"{len(sup):,}")] + [
+            (f"skipped: {k.replace('_', ' ')}", v, f"{v:,}") for k, v in skipped.items()]),
+            f"{sum(skipped.values()):,} of {len(sup) + sum(skipped.values()):,} rows cut from the stream were "
+            f"left out; conversations skipped: {bad}" if manifest else "no manifest: counts unknown"),
+        _figure("Source mix", mix if by_source else "", "in kept rows, per source (manifest counts.by_source)"
+                if by_source else "no manifest: source mix unknown", wide=True)]) + "</div>"

@@ -17,14 +17,13 @@ import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .charts import histogram_chart, per_row_chart, svg_hbars
+from .charts import chart_grid
 from .errors import BuildError
 from .hashing import check_row_group
 from .manifest import manifest_beside
 from .pinned_tokenizer import tokenizer_dir
 from .show import compose, decode_spans, id_texts, open_parquet, printable, read_group, read_rows, row_header, spans
 
-WIDE = 1040  # the source mix spans both columns: source names are long
 
 
 @dataclass(frozen=True)
@@ -65,42 +64,6 @@ def row_stats(parquet: pq.ParquetFile, path: Path) -> RowStats:
         first += table.num_rows
     fields = ("tokens", "supervised", "segments", "segment_lengths")
     return RowStats(*(np.concatenate([getattr(p, f) for p in parts] or [np.zeros(0, np.int64)]) for f in fields))
-
-
-def _figure(title: str, svg: str, caption: str, wide: bool = False) -> str:
-    return (f'<figure class="{"wide" if wide else ""}"><figcaption><b>{html.escape(title)}</b> '
-            f'{html.escape(caption)}</figcaption>{svg}</figure>')
-
-
-def _share(items: dict, what: str) -> list[tuple[str, float, str]]:
-    total = sum(v.get(what, 0) for v in items.values()) or 1
-    return [(name, v.get(what, 0), f"{v.get(what, 0):,} ({v.get(what, 0) / total:.1%})") for name, v in items.items()]
-
-
-def charts(stats: RowStats, manifest: dict | None, row_tokens: int) -> str:
-    counts = (manifest or {}).get("counts") or {}
-    sup, segs, lengths = stats.supervised, stats.segments, stats.segment_lengths
-    skipped = counts.get("rows_skipped") or {}
-    by_source = counts.get("by_source") or {}
-    bad = ", ".join(f"{v:,} {k}" for k, v in (counts.get("conversations_skipped") or {}).items()) or "none"
-    mix = "".join(f"<h3>{what}</h3>{svg_hbars(_share(by_source, what), WIDE)}" for what in ("tokens", "conversations"))
-    return '<div class="grid">' + "".join([
-        _figure("Supervised tokens per row", per_row_chart(sup, row_tokens),
-                f"mean {sup.mean() if len(sup) else 0:,.0f} of {row_tokens:,}; "
-                f"min {sup.min() if len(sup) else 0:,}, max {sup.max(initial=0):,}"),
-        _figure("Conversations per row", histogram_chart(segs, 1, int(segs.max(initial=1)), "rows",
-                                                         "conversation segments in the row"),
-                f"rows by len(seq_start_id); mean {segs.mean() if len(segs) else 0:.2f}"),
-        _figure("Conversation segment lengths", histogram_chart(lengths, 1, max(row_tokens, 1), "segments",
-                                                                "tokens in the segment", 32),
-                f"{len(lengths):,} segments by length (a conversation split across rows counts once per "
-                f"row); median {np.median(lengths) if len(lengths) else 0:,.0f}"),
-        _figure("Skipped rows", svg_hbars([("kept rows", len(sup), f"{len(sup):,}")] + [
-            (f"skipped: {k.replace('_', ' ')}", v, f"{v:,}") for k, v in skipped.items()]),
-            f"{sum(skipped.values()):,} of {len(sup) + sum(skipped.values()):,} rows cut from the stream were "
-            f"left out; conversations skipped: {bad}" if manifest else "no manifest: counts unknown"),
-        _figure("Source mix", mix if by_source else "", "in kept rows, per source (manifest counts.by_source)"
-                if by_source else "no manifest: source mix unknown", wide=True)]) + "</div>"
 
 
 def viewer(parquet: pq.ParquetFile, path: Path, manifest: dict | None, count: int, tokenizer, note: str) -> str:
@@ -230,5 +193,5 @@ def render_report(path: Path, rows: int = 8, name_or_dir: str | None = None) -> 
             f'content="width=device-width,initial-scale=1"><title>{html.escape(name)}: databuild report</title>'
             f'<style>{CSS}</style></head><body><main><h1>{html.escape(name)}</h1><p class="sub">'
             f'{html.escape(str(path))}</p>{warnings}{summary(path, stats, manifest)}<h2>Charts</h2>'
-            f"{charts(stats, manifest, row_tokens)}<h2>First {shown} rows</h2>{rows_html}<h2>Pins</h2>"
+            f"{chart_grid(stats, manifest, row_tokens)}<h2>First {shown} rows</h2>{rows_html}<h2>Pins</h2>"
             f'{pins(manifest)}<script type="application/json" id="row-stats">{data}</script></main></body></html>\n')
