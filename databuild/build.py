@@ -23,7 +23,7 @@ from .encode import Encoder, TokenizedConversation, encode_stream
 from .errors import BuildError
 from .hashing import RowsHasher, file_sha256
 from .inputs import ResolvedInputs, resolve_inputs
-from .manifest import FORMAT, library_versions, manifest_path, write_manifest
+from .manifest import build_manifest, manifest_path, write_manifest
 from .pack import PackStats, pack_rows
 from .permute import permutation
 from .render import Renderer, load_tokenizer
@@ -172,71 +172,12 @@ def _make(prepared: Prepared, out_dir: Path, workers: int, batch_size: int, prog
                          f"({stats.conversations_read} conversations packed, {len(skipped)} skipped as bad, "
                          f"{stats.rows_skipped_unsupervised} rows skipped without targets)")
     parquet_sha256, parquet_bytes = file_sha256(partial)
+    writer = {**WRITER_OPTIONS, "row_group_rows": rows_per_group(config.row_tokens)}
     manifest = build_manifest(config, inputs, prepared.separator, sep_id, stats, skipped,
-                              list(prepared.malformed.values()),
-                              hasher.hexdigest(), hasher.row_digests, parquet_sha256, parquet_bytes, final.name)
+                              list(prepared.malformed.values()), hasher.hexdigest(), hasher.row_digests,
+                              parquet_sha256, parquet_bytes, final.name, writer)
     manifest_file = manifest_path(final)
     manifest_file.unlink(missing_ok=True)
     publish(partial, final)
     write_manifest(manifest, manifest_file)
     return BuildResult(final, manifest_file, manifest, time.perf_counter() - started)
-
-
-def build_manifest(config: BuildConfig, inputs: ResolvedInputs, separator: str, sep_id: int, stats: PackStats,
-                   skipped: list[BadConversation], malformed: list[BadConversation], rows_sha256: str,
-                   row_digests: list[str], parquet_sha256: str, parquet_bytes: int, file_name: str) -> dict[str, Any]:
-    total = stats.tokens_kept
-    return {
-        "format": FORMAT,
-        "name": config.name,
-        "output": {
-            "file": file_name,
-            "rows_sha256": rows_sha256,
-            "parquet_sha256": parquet_sha256,
-            "parquet_bytes": parquet_bytes,
-            "rows": stats.rows_kept,
-            "row_tokens": config.row_tokens,
-            "padding_tokens": 0,
-            "tokens": total,
-            "supervised_tokens": stats.supervised_tokens_kept,
-            "supervised_token_ratio": stats.supervised_tokens_kept / total if total else 0.0,
-        },
-        "build": {
-            "loss_mask": config.loss_mask,
-            "seed": config.seed,
-            "permutation": "numpy.random.default_rng(seed).permutation(source_conversations)",
-            "template_kwargs": config.template_kwargs_dict,
-            "separator": {"token": separator, "id": sep_id},
-            "on_bad_conversation": config.on_bad_conversation,
-            "parquet_writer": {**WRITER_OPTIONS, "row_group_rows": rows_per_group(config.row_tokens)},
-        },
-        "inputs": {
-            "source": {
-                "repo": config.source.repo, "revision": config.source.revision, "split": config.source.split,
-                "origin": inputs.origin,
-                "files": [{"path": p, "bytes": b, "sha256": s, "rows": f.rows}
-                          for (p, b, s), f in zip(inputs.source_hashes, inputs.source_files)],
-            },
-            "tokenizer": {
-                "repo": config.tokenizer.repo, "revision": config.tokenizer.revision,
-                "origin": "local" if config.tokenizer.dir else "hub",
-                "sha256": dict(inputs.tokenizer_hashes),
-            },
-        },
-        "counts": {
-            "source_conversations": sum(f.rows for f in inputs.source_files),
-            "malformed_in_source": len(malformed),
-            "conversations_read": stats.conversations_read,
-            "conversations_skipped": {kind: sum(1 for b in skipped if b.kind == kind)
-                                      for kind in ("malformed", "template_error", "mask_error")},
-            "separators_inserted": stats.separators_inserted,
-            "rows_skipped": {"no_supervised_token": stats.rows_skipped_unsupervised},
-            "by_source": {source: {"conversations": stats.conversations_by_source[source],
-                                   "tokens": stats.tokens_by_source[source]}
-                          for source in sorted(stats.tokens_by_source)},
-        },
-        "skipped_conversations": [m.__dict__ for m in skipped],
-        "versions": library_versions(),
-        "row_digests": row_digests,
-        "continued_rows": stats.continued_rows,
-    }

@@ -10,7 +10,13 @@ import os
 import platform
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .config import BuildConfig
+    from .inputs import ResolvedInputs
+    from .pack import PackStats
+    from .source import BadConversation
 
 FORMAT = "databuild-manifest/1"
 LIBRARIES = ("databuild", "numpy", "pyarrow", "tokenizers", "transformers", "jinja2", "huggingface_hub",
@@ -33,6 +39,68 @@ def manifest_path(parquet: Path) -> Path:
 
 def dumps(manifest: dict[str, Any]) -> str:
     return json.dumps(manifest, indent=2, sort_keys=False, ensure_ascii=False) + "\n"
+
+
+def build_manifest(config: BuildConfig, inputs: ResolvedInputs, separator: str, sep_id: int, stats: PackStats,
+                   skipped: list[BadConversation], malformed: list[BadConversation], rows_sha256: str,
+                   row_digests: list[str], parquet_sha256: str, parquet_bytes: int, file_name: str,
+                   parquet_writer: dict[str, Any]) -> dict[str, Any]:
+    """The manifest of a finished build: every pin, count and version, nothing of the moment it ran."""
+    total = stats.tokens_kept
+    return {
+        "format": FORMAT,
+        "name": config.name,
+        "output": {
+            "file": file_name,
+            "rows_sha256": rows_sha256,
+            "parquet_sha256": parquet_sha256,
+            "parquet_bytes": parquet_bytes,
+            "rows": stats.rows_kept,
+            "row_tokens": config.row_tokens,
+            "padding_tokens": 0,
+            "tokens": total,
+            "supervised_tokens": stats.supervised_tokens_kept,
+            "supervised_token_ratio": stats.supervised_tokens_kept / total if total else 0.0,
+        },
+        "build": {
+            "loss_mask": config.loss_mask,
+            "seed": config.seed,
+            "permutation": "numpy.random.default_rng(seed).permutation(source_conversations)",
+            "template_kwargs": config.template_kwargs_dict,
+            "separator": {"token": separator, "id": sep_id},
+            "on_bad_conversation": config.on_bad_conversation,
+            "parquet_writer": parquet_writer,
+        },
+        "inputs": {
+            "source": {
+                "repo": config.source.repo, "revision": config.source.revision, "split": config.source.split,
+                "origin": inputs.origin,
+                "files": [{"path": p, "bytes": b, "sha256": s, "rows": f.rows}
+                          for (p, b, s), f in zip(inputs.source_hashes, inputs.source_files)],
+            },
+            "tokenizer": {
+                "repo": config.tokenizer.repo, "revision": config.tokenizer.revision,
+                "origin": "local" if config.tokenizer.dir else "hub",
+                "sha256": dict(inputs.tokenizer_hashes),
+            },
+        },
+        "counts": {
+            "source_conversations": sum(f.rows for f in inputs.source_files),
+            "malformed_in_source": len(malformed),
+            "conversations_read": stats.conversations_read,
+            "conversations_skipped": {kind: sum(1 for b in skipped if b.kind == kind)
+                                      for kind in ("malformed", "template_error", "mask_error")},
+            "separators_inserted": stats.separators_inserted,
+            "rows_skipped": {"no_supervised_token": stats.rows_skipped_unsupervised},
+            "by_source": {source: {"conversations": stats.conversations_by_source[source],
+                                   "tokens": stats.tokens_by_source[source]}
+                          for source in sorted(stats.tokens_by_source)},
+        },
+        "skipped_conversations": [m.__dict__ for m in skipped],
+        "versions": library_versions(),
+        "row_digests": row_digests,
+        "continued_rows": stats.continued_rows,
+    }
 
 
 def write_manifest(manifest: dict[str, Any], path: Path) -> None:
