@@ -92,8 +92,15 @@ def _first_line(exc: BaseException) -> str:
 def check_cached_blob(path: Path, snapshot: Path, where: str, sha256: str) -> None:
     """A file of a hub snapshot must be a link into its repo's blobs/, and the blob's content must
     hash to the blob's name: sha256 (LFS files) or git's blob sha1. A regular file, a link elsewhere
-    or a blob named otherwise is a cache someone changed, and is refused."""
-    blobs = (snapshot.parent.parent / "blobs").resolve()
+    or a blob named otherwise is a cache someone changed, and is refused; except that where the
+    filesystem has no symlinks huggingface_hub stores regular files, which only their pins (and the
+    rows_sha256 they lead to) can vouch for."""
+    from huggingface_hub.file_download import are_symlinks_supported
+
+    repo_cache = snapshot.parent.parent
+    if not path.is_symlink() and not are_symlinks_supported(repo_cache.parent):
+        return
+    blobs = (repo_cache / "blobs").resolve()
     target = path.resolve()
     etag = target.name
     if not path.is_symlink() or target.parent != blobs or not re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", etag):

@@ -140,8 +140,8 @@ NUMBER = (int, float)
 # The type of every field a reader of the manifest uses (where present): a manifest edited by hand
 # is refused in one line naming the field, not met by a traceback deep in a view.
 SHAPE: dict[str, type | tuple] = {
-    "output": dict, "build": dict, "inputs": dict, "counts": dict, "versions": dict, "row_digests": list,
-    "continued_rows": list,
+    "name": str, "output": dict, "build": dict, "inputs": dict, "counts": dict, "versions": dict,
+    "row_digests": list, "continued_rows": list, "skipped_conversations": list,
     "output.rows": int, "output.row_tokens": int, "output.tokens": int, "output.padding_tokens": int,
     "output.supervised_tokens": int, "output.supervised_token_ratio": NUMBER, "output.parquet_bytes": int,
     "output.rows_sha256": str, "output.parquet_sha256": str, "output.file": str,
@@ -149,10 +149,15 @@ SHAPE: dict[str, type | tuple] = {
     "inputs.tokenizer": dict, "inputs.tokenizer.repo": str, "inputs.tokenizer.revision": str,
     "inputs.tokenizer.sha256": dict, "inputs.source": dict, "inputs.source.files": list,
     "counts.rows_skipped": dict, "counts.conversations_skipped": dict, "counts.by_source": dict,
+    "counts.conversations_read": int, "counts.source_conversations": int, "counts.separators_inserted": int,
 }
-ITEMS: dict[str, dict[str, type | tuple]] = {  # fields of each entry of a mapping's values or a list
+# Each entry of a mapping's values or of a list: a type, or a mapping's typed fields.
+ITEMS: dict[str, type | dict[str, type | tuple]] = {
     "counts.by_source": {"conversations": int, "tokens": int},
     "inputs.source.files": {"path": str, "bytes": int, "sha256": str, "rows": int},
+    "counts.rows_skipped": int, "counts.conversations_skipped": int,
+    "row_digests": str, "continued_rows": int, "versions": str,
+    "skipped_conversations": {"index": int, "file": str, "row": int, "id": str, "reason": str, "kind": str},
 }
 
 
@@ -176,10 +181,15 @@ def _check_shape(manifest: dict[str, Any], path: Path) -> None:
         if present and not good(value, kind):
             raise fail(field, value, kind)
         if present and field in ITEMS:
+            fields = ITEMS[field]
             for index, entry in enumerate(value.values() if isinstance(value, dict) else value):
+                if not isinstance(fields, dict):
+                    if not good(entry, fields):
+                        raise fail(f"{field}[{index}]", entry, fields)
+                    continue
                 if not isinstance(entry, dict):
                     raise fail(f"{field}[{index}]", entry, dict)
-                for key, item_kind in ITEMS[field].items():
+                for key, item_kind in fields.items():
                     if key in entry and not good(entry[key], item_kind):
                         raise fail(f"{field}[{index}].{key}", entry[key], item_kind)
 

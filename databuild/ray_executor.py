@@ -90,10 +90,29 @@ def _check_cpus(ray, workers: int) -> None:
         raise BuildError(f"{workers} workers need {workers} CPUs of the Ray cluster (one each); it has {cpus:g}")
 
 
+def _get(ray, refs, hint: str):
+    """ray.get, a worker's failure reaching the user as the local executor reports it: one line, not
+    a remote traceback. A BuildError (a template reading an unpinned clock, ...) as it was raised."""
+    from ray.exceptions import RayActorError, RayTaskError
+
+    try:
+        return ray.get(refs)
+    except RayTaskError as exc:
+        if isinstance(exc.cause, BuildError):
+            raise exc.cause from None
+        cause = exc.cause if exc.cause is not None else exc
+        first = str(cause).strip().splitlines()[0] if str(cause).strip() else ""
+        raise BuildError(f"a Ray worker failed: {type(cause).__name__}: {first}") from None
+    except RayActorError as exc:
+        raise BuildError(f"a Ray worker died ({type(exc).__name__}): {hint}") from None
+
+
 def _check_versions(ray, actors) -> None:
     """Tokenization and rendering happen on the workers: their libraries must be the driver's."""
     here = library_versions()
-    for there in ray.get([actor.versions.remote() for actor in actors]):
+    started = _get(ray, [actor.versions.remote() for actor in actors],
+                   "while starting: check that every node has the environment of requirements.lock")
+    for there in started:
         differ = [f"{name} {there.get(name)} on a worker, {version} here"
                   for name, version in here.items() if there.get(name) != version]
         if differ:
@@ -116,32 +135,15 @@ def _stream(ray, conversations: Iterable[Conversation], encoder: Encoder, batch_
     started = _connect(ray, address, workers)
     actors = []
     try:
-        from ray.exceptions import RayActorError, RayTaskError
-
         remote = ray.remote(num_cpus=1, runtime_env={"env_vars": WORKER_ENV})(_EncodeWorker)
         _check_cpus(ray, workers)
         encoder_ref = ray.put(encoder)
         actors = [remote.remote(encoder_ref) for _ in range(workers)]
         _check_versions(ray, actors)
 
-        def next_results(ref) -> list[TokenizedConversation]:
-            try:
-                return ray.get(ref)
-            except RayTaskError as exc:
-                # A BuildError raised by encode_batch (a template reading an unpinned clock, ...) reaches the
-                # user as the local executor reports it: one line, not a remote traceback.
-                if isinstance(exc.cause, BuildError):
-                    raise exc.cause from None
-                cause = exc.cause if exc.cause is not None else exc
-                first = str(cause).strip().splitlines()[0] if str(cause).strip() else ""
-                raise BuildError(f"a Ray worker failed: {type(cause).__name__}: {first}") from None
-            except RayActorError as exc:
-                raise BuildError(f"a Ray worker died ({type(exc).__name__}); nothing was written, rerun the "
-                                 "build") from None
-
         turn = itertools.cycle(actors)  # batch k to actor k % workers: each runs its batches in order
         yield from in_order(batches(conversations, batch_size), lambda b: next(turn).encode_batch.remote(b),
-                            next_results, 2 * workers)
+                            lambda ref: _get(ray, ref, "nothing was written; rerun the build"), 2 * workers)
     finally:
         if ray.is_initialized():
             for actor in actors:

@@ -90,7 +90,7 @@ def _differences(dataset: dict, values: list[tuple[tuple[str, ...], Any]], where
     for path, value in values:
         mapping = dataset
         for depth, key in enumerate(path[:-1]):
-            mapping = mapping.get(key, {})
+            mapping = mapping.get(key) or {}  # a key with nothing after it is a mapping still to fill
             if not isinstance(mapping, dict):
                 raise BuildError(f"{where}: workload.dataset.{'.'.join(path[:depth + 1])} is not a mapping; "
                                  "recipe left unchanged")
@@ -123,7 +123,9 @@ def updated_text(text: str, values: list[tuple[tuple[str, ...], Any]], where: st
     for path, value in writes:
         mapping = _dataset(expected, where)
         for key in path[:-1]:
-            mapping = mapping.setdefault(key, {})
+            if mapping.get(key) is None:
+                mapping[key] = {}
+            mapping = mapping[key]
         mapping[path[-1]] = value
     try:
         written = YAML(typ="safe", pure=True).load(new)

@@ -81,8 +81,18 @@ def _replacement(text: str, key: ScalarNode, value, new: Any, nl: str, where: st
     return start, start + len(span), rendered, key.start_mark.column + 1  # inside its key's line
 
 
+def _empty(node) -> bool:
+    """A key written with nothing after it (`build:`), which YAML reads as null."""
+    return isinstance(node, ScalarNode) and node.tag.endswith(":null") and node.value == ""
+
+
 def _insertion(text: str, key: ScalarNode, node: MappingNode, new: dict[str, Any], nl: str):
-    """Splice adding `new` as lines after the mapping's last value; `{}` turns into a block mapping."""
+    """Splice adding `new` as lines after the mapping's last value; `{}`, or nothing, after the key
+    turns into a block mapping."""
+    if _empty(node):  # the new lines go after the key's line, which keeps any comment on it
+        column, stop = key.start_mark.column + 2, text.find("\n", key.end_mark.index) + 1
+        block = nl.join(_block_lines(new, column))
+        return (stop, stop, block + nl, column) if stop else (len(text), len(text), nl + block, column)
     if node.value:
         column, end = node.value[0][0].start_mark.column, _end(text, *node.value[-1])
     else:
@@ -106,6 +116,12 @@ def splices(text: str, writes: list[tuple[tuple[str, ...], Any]], where: str) ->
         full = ("workload", "dataset") + path
         key, node = None, root
         for depth, name in enumerate(full):
+            if depth >= 2 and _empty(node):  # `build:` with nothing after it: a mapping to fill
+                target = additions.setdefault(id(node), (key, node, {}))[2]
+                for missing in full[depth:-1]:
+                    target = target.setdefault(missing, {})
+                target[full[-1]] = value
+                break
             if depth >= 2 and node.flow_style and node.value:
                 raise _not_editable(where, ".".join(full[:depth]), "a flow mapping")
             pair = _pair(node, name, where, ".".join(full[:depth + 1]))

@@ -140,6 +140,28 @@ def test_a_snapshot_changed_by_hand_is_refused(hub, tmp_path, change):
     assert_one_line_error(result, "data/train-00000-of-00002.parquet: not a link to a blob of the hub cache")
 
 
+def test_regular_files_are_accepted_where_the_cache_cannot_hold_links(hub, monkeypatch):
+    """Without symlinks (SMB, exFAT, ...) huggingface_hub stores regular files in the snapshot: those
+    are not a cache changed by hand. Where links work, the same file is refused."""
+    import huggingface_hub.file_download as file_download
+
+    from databuild.errors import BuildError
+    from databuild.inputs import check_cached_blob
+
+    cache, _ = hub
+    snapshot = source_snapshot(cache)
+    link = snapshot / "data" / "train-00000-of-00002.parquet"
+    data = link.read_bytes()
+    link.unlink()
+    link.write_bytes(data)
+    digest = hashlib.sha256(data).hexdigest()
+    monkeypatch.setattr(file_download, "are_symlinks_supported", lambda cache_dir=None: False)
+    check_cached_blob(link, snapshot, "here", digest)
+    monkeypatch.setattr(file_download, "are_symlinks_supported", lambda cache_dir=None: True)
+    with pytest.raises(BuildError, match="here: not a link to a blob of the hub cache"):
+        check_cached_blob(link, snapshot, "here", digest)
+
+
 @pytest.mark.parametrize("stray", ["train-extra.parquet", "train-00000-of-00002 (1).parquet",
                                    "train-x-00000-of-00002.parquet"])
 def test_a_file_beside_the_shards_is_refused(tmp_path, stray):

@@ -103,6 +103,23 @@ def test_any_other_worker_error_is_one_line_too(ray_instance):
         list(ray_encode_stream(conversations(), encoder, 16, 2, None))
 
 
+def _missing_on_the_workers():
+    raise ImportError("No module named 'only_on_the_driver'")
+
+
+class _UnloadableOnWorkers:
+    def __reduce__(self):
+        return _missing_on_the_workers, ()
+
+
+def test_a_worker_that_dies_starting_is_one_line(ray_instance):
+    """A node whose environment cannot load the encoder: its actor dies in its constructor."""
+    encoder, conversations = _tiny_stream()
+    encoder.extra = _UnloadableOnWorkers()
+    with pytest.raises(BuildError, match=r"^a Ray worker died \(\w+\): while starting: check that every node"):
+        list(ray_encode_stream(islice(conversations(), 20), encoder, 8, 1, None))
+
+
 def test_refuses_workers_with_other_libraries(ray_instance, monkeypatch):
     import databuild.ray_executor as executor
 

@@ -197,7 +197,9 @@ def test_a_symlinked_recipe_is_written_through_to_its_target(tiny_build, tmp_pat
 @pytest.mark.parametrize("before", [
     "workload:\n  dataset:\n    name: x\n    build: {}  # filled in by databuild\nother: 1\n",
     "workload:\n  dataset: {}\nother: 1\n",
-], ids=["build", "dataset"])
+    "workload:\n  dataset:\n    name: x\n    build:  # filled in by databuild\nother: 1\n",
+    "workload:\n  dataset:\n    name: x\n    build:\n      # filled in by databuild\nother: 1\n",
+], ids=["build", "dataset", "build with nothing after it", "build with only a comment under it"])
 def test_an_empty_block_is_written_as_a_block_mapping(tiny_build, tmp_path, before):
     recipe = tmp_path / "r.yaml"
     recipe.write_text(before)

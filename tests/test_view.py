@@ -178,6 +178,9 @@ def test_a_row_file_with_nulls_is_one_line(built, tmp_path, command):
 @pytest.mark.parametrize("change, field", [
     (lambda m: m["counts"].update(by_source={"s": 3}), "counts.by_source[0] is int 3, expected dict"),
     (lambda m: m["output"].update(rows="40"), "output.rows is str '40', expected int"),
+    (lambda m: m.update(name=5), "name is int 5, expected str"),
+    (lambda m: m["counts"]["rows_skipped"].update(no_supervised_token="4"),
+     "counts.rows_skipped[0] is str '4', expected int"),
 ])
 def test_a_manifest_edited_by_hand_is_one_line(built, tmp_path, command, change, field):
     shutil.copy(built[0], tmp_path / "rows.parquet")
