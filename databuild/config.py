@@ -150,7 +150,7 @@ def load_config(path: str | os.PathLike) -> BuildConfig:
     try:
         raw = YAML(typ="safe", pure=True).load(path.read_text(encoding="utf-8"))
     except (OSError, YAMLError, UnicodeDecodeError) as exc:
-        raise BuildError(f"{where}: cannot read config: {exc}".replace("\n", " ")) from None
+        raise BuildError(f"{where}: cannot read config: {exc}") from None
     if not isinstance(raw, dict):
         raise BuildError(f"{where}: expected a mapping at the top level")
     _reject_unknown(raw, TOP_KEYS, where)

@@ -165,14 +165,14 @@ def hash_parquet(path: Path, file_digest: tuple[str, int] | None = None) -> Parq
     try:
         parquet = pq.ParquetFile(path)
     except (OSError, pa.ArrowException) as exc:
-        raise UnreadableError(f"{path}: not readable as parquet: {exc}".replace("\n", " ")) from None
+        raise UnreadableError(f"{path}: not readable as parquet: {exc}") from None
     check_schema(parquet.schema_arrow, path)
     hasher, rows, supervised, row_tokens = RowsHasher(), 0, 0, None
     for group in range(parquet.num_row_groups):
         try:
             table = parquet.read_row_group(group)
         except (OSError, pa.ArrowException) as exc:
-            raise UnreadableError(f"{path}: row group {group} unreadable: {exc}".replace("\n", " ")) from None
+            raise UnreadableError(f"{path}: row group {group} unreadable: {exc}") from None
         if not table.num_rows:
             continue
         _check_nulls(table, rows, path)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .config import BuildConfig
-from .errors import BuildError
+from .errors import BuildError, first_line
 from .hashing import file_sha256
 from .source import SourceFile, source_files
 
@@ -73,20 +73,16 @@ def hub_snapshot(repo: str, revision: str, repo_type: str, patterns: list[str], 
         detail = f": {exc.server_message}" if exc.server_message else ""
         raise BuildError(f"{where}: {_status(exc)}{detail}") from None
     except (HFValidationError, OSError) as exc:
-        raise BuildError(f"{where}: {_first_line(exc)}") from None
+        raise BuildError(f"{where}: {first_line(exc)}") from None
     except Exception as exc:  # the transport's own errors (a connection cut mid-file): still one line
-        raise BuildError(f"{where}: download failed ({type(exc).__name__}: {_first_line(exc)}); "
+        raise BuildError(f"{where}: download failed ({type(exc).__name__}: {first_line(exc)}); "
                          "run it again: finished files stay in the cache") from None
     return Path(path)
 
 
 def _status(exc) -> str:
     response = getattr(exc, "response", None)
-    return f"HTTP {response.status_code}" if response is not None else _first_line(exc)
-
-
-def _first_line(exc: BaseException) -> str:
-    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return f"HTTP {response.status_code}" if response is not None else first_line(exc)
 
 
 def check_cached_blob(path: Path, snapshot: Path, where: str, sha256: str) -> None:
@@ -216,7 +212,7 @@ def _fetch_all(repo: str, revision: str, repo_type: str, patterns: list[str]) ->
         listed = HfApi().list_repo_files(repo, revision=revision, repo_type=repo_type)
     except Exception as exc:  # any failure to list means this fetch cannot vouch for the cache
         raise BuildError(f"{where}: cannot list the files of the commit ({type(exc).__name__}: "
-                         f"{_first_line(exc)}); {NETWORK_HINT}") from None
+                         f"{first_line(exc)}); {NETWORK_HINT}") from None
     missing = [name for name in listed
                if any(fnmatch.fnmatch(name, p) for p in patterns) and not (snapshot / name).is_file()]
     if missing:

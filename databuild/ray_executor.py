@@ -25,7 +25,7 @@ import os
 from typing import Iterable, Iterator
 
 from .encode import Encoder, TokenizedConversation, batches, in_order
-from .errors import BuildError
+from .errors import BuildError, first_line
 from .manifest import library_versions
 from .source import Conversation
 
@@ -74,10 +74,10 @@ def _connect(ray, address: str | None, workers: int) -> bool:
             ray.init(address="local", num_cpus=workers, include_dashboard=False, **quiet)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         if not address:
-            raise BuildError(f"cannot start a local Ray instance: {exc}".replace("\n", " ")) from None
+            raise BuildError(f"cannot start a local Ray instance: {exc}") from None
         hint = ("" if os.environ.get("RAY_AUTH_MODE") else
                 " (a cluster with token authentication needs RAY_AUTH_MODE=token and its token)")
-        raise BuildError(f"cannot reach the Ray cluster at {address}: {exc}{hint}".replace("\n", " ")) from None
+        raise BuildError(f"cannot reach the Ray cluster at {address}: {exc}{hint}") from None
     finally:
         auth.setLevel(level)
     return True
@@ -101,8 +101,7 @@ def _get(ray, refs, hint: str):
         if isinstance(exc.cause, BuildError):
             raise exc.cause from None
         cause = exc.cause if exc.cause is not None else exc
-        first = str(cause).strip().splitlines()[0] if str(cause).strip() else ""
-        raise BuildError(f"a Ray worker failed: {type(cause).__name__}: {first}") from None
+        raise BuildError(f"a Ray worker failed: {type(cause).__name__}: {first_line(cause)}") from None
     except RayActorError as exc:
         raise BuildError(f"a Ray worker died ({type(exc).__name__}): {hint}") from None
 

@@ -36,7 +36,7 @@ def _load(text: str, where: str, typ: str = "rt"):
     try:
         return YAML(typ=typ, pure=True).load(text)
     except YAMLError as exc:
-        raise BuildError(f"{where}: not valid YAML: {exc}".replace("\n", " ")) from None
+        raise BuildError(f"{where}: not valid YAML: {exc}") from None
 
 
 def _dataset(document, where: str):

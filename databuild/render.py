@@ -50,8 +50,7 @@ def load_tokenizer(directory: Path):
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
     except Exception as exc:  # transformers and tokenizers raise many kinds (KeyError, bare Exception) on bad files
-        why = f"{type(exc).__name__}: {exc}".replace("\n", " ")
-        raise BuildError(f"{directory}: cannot load tokenizer: {why}") from None
+        raise BuildError(f"{directory}: cannot load tokenizer: {type(exc).__name__}: {exc}") from None
     if not getattr(tokenizer, "is_fast", False):
         raise BuildError(f"{directory}: a fast tokenizer (tokenizer.json) is required for offsets")
     if not tokenizer.chat_template:
@@ -88,7 +87,7 @@ class Renderer:
         try:
             self._template()
         except TemplateError as exc:
-            raise BuildError(f"the chat template does not compile: {type(exc).__name__}: {exc}".replace("\n", " "))
+            raise BuildError(f"the chat template does not compile: {type(exc).__name__}: {exc}")
 
     def _template(self):
         if self._prepared is None:

@@ -49,7 +49,7 @@ def open_parquet(path: Path) -> pq.ParquetFile:
     try:
         parquet = pq.ParquetFile(path)
     except (OSError, pa.ArrowException) as exc:
-        raise BuildError(f"{path}: not readable as parquet: {exc}".replace("\n", " ")) from None
+        raise BuildError(f"{path}: not readable as parquet: {exc}") from None
     check_schema(parquet.schema_arrow, path)
     return parquet
 
@@ -73,7 +73,7 @@ def read_group(parquet: pq.ParquetFile, group: int, columns: list[str]) -> pa.Ta
     try:
         return parquet.read_row_group(group, columns=columns)
     except (OSError, pa.ArrowException) as exc:
-        raise BuildError(f"row group {group} unreadable: {exc}".replace("\n", " ")) from None
+        raise BuildError(f"row group {group} unreadable: {exc}") from None
 
 
 def _last_id(table: pa.Table, offset: int) -> str | None:

@@ -126,8 +126,7 @@ def iter_batches(file: SourceFile) -> Iterator[tuple[int, pa.RecordBatch]]:
             yield offset, batch.select(COLUMNS).cast(SOURCE_SCHEMA)
             offset += batch.num_rows
     except (OSError, pa.ArrowException) as exc:
-        raise BuildError(f"{file.name}: unreadable after row {offset - file.first_index}: "
-                         f"{' '.join(str(exc).split())}") from None
+        raise BuildError(f"{file.name}: unreadable after row {offset - file.first_index}: {exc}") from None
 
 
 def _malformed_rows(batch: pa.RecordBatch) -> dict[int, str]:
