@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
 from pathlib import Path
@@ -15,27 +14,8 @@ os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 if not sys.stderr.isatty():
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
-from .errors import BuildError
-
-EXIT_FAILED = 1
-
-
-def one_line_errors(command):
-    @functools.wraps(command)
-    def wrapper(*args, **kwargs):
-        try:
-            return command(*args, **kwargs)
-        except BuildError as exc:
-            click.echo(f"error: {exc}", err=True)
-            sys.exit(getattr(exc, "exit_code", EXIT_FAILED))
-        except OSError as exc:  # a full disk, a permission: say which file, not where in the code
-            click.echo(f"error: {exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else ""), err=True)
-            sys.exit(EXIT_FAILED)
-        except KeyboardInterrupt:
-            click.echo("error: interrupted; nothing was written under the final names", err=True)
-            sys.exit(130)
-    return wrapper
-
+from .cli_view import report, show
+from .errors import BuildError, one_line_errors
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(package_name="databuild")
@@ -210,8 +190,6 @@ def verify_command(parquet, manifest, recipe, rows_sha256, parquet_sha256):
         click.echo(f"verified {parquet}: {checked}")
     sys.exit(report.exit_code)
 
-
-from .cli_view import report, show  # noqa: E402  (the view commands live beside the builder's)
 
 main.add_command(show)
 main.add_command(report)

@@ -1,26 +1,16 @@
 """`databuild show` and `databuild report`: look at the rows a build wrote.
 
-cli.py registers these commands (main.add_command). They reach cli.one_line_errors only when they
-run, not at import, so this module imports cleanly whichever of the two modules is imported first.
+cli.py registers these commands (main.add_command).
 """
 
 from __future__ import annotations
 
-import functools
 import sys
 from pathlib import Path
 
 import click
 
-
-def _one_line_errors(command):
-    """cli.one_line_errors, looked up when the command runs: importing it here would be circular."""
-    @functools.wraps(command)
-    def wrapper(*args, **kwargs):
-        from .cli import one_line_errors
-
-        return one_line_errors(command)(*args, **kwargs)
-    return wrapper
+from .errors import one_line_errors
 
 
 _TOKENIZER_HELP = ("A tokenizer directory, or a config name whose tokenizer to use. Default: the one the "
@@ -36,7 +26,7 @@ _ANSI_TARGET, _ANSI_MARKER, _ANSI_RESET = "\x1b[32m", "\x1b[1;36m", "\x1b[0m"
 @click.option("--tokenizer", "name_or_dir", metavar="NAME_OR_DIR", help=_TOKENIZER_HELP)
 @click.option("--color", type=click.Choice(["auto", "always", "never"]), default="auto", show_default=True,
               help="ANSI colours (auto: only on a terminal); without them, targets are wrapped in [[...]].")
-@_one_line_errors
+@one_line_errors
 def show(parquet, row, name_or_dir, color):
     """Print one row decoded: supervised tokens highlighted, conversation starts marked.
 
@@ -78,7 +68,7 @@ def show(parquet, row, name_or_dir, color):
               help="How many of the first rows the row viewer shows.")
 @click.option("--tokenizer", "name_or_dir", metavar="NAME_OR_DIR",
               help=_TOKENIZER_HELP + " Without one, the viewer shows token ids.")
-@_one_line_errors
+@one_line_errors
 def report(parquet, output, rows, name_or_dir):
     """Write one self-contained HTML page about PARQUET: summary, pins, charts and a row viewer.
 

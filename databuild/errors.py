@@ -1,4 +1,10 @@
-"""The one exception type the CLI turns into a single clear line (no traceback)."""
+"""The one exception type the CLI turns into a single clear line (no traceback), and the decorator
+that does it for every command."""
+
+import functools
+import sys
+
+EXIT_FAILED = 1
 
 
 class BuildError(Exception):
@@ -14,3 +20,23 @@ def first_line(exc: BaseException) -> str:
     traceback after it), or its type's name when it has no text."""
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+def one_line_errors(command):
+    """A CLI command whose failures are one line on stderr and an exit status, never a traceback."""
+    import click
+
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except BuildError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(EXIT_FAILED)
+        except OSError as exc:  # a full disk, a permission: say which file, not where in the code
+            click.echo(f"error: {exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else ""), err=True)
+            sys.exit(EXIT_FAILED)
+        except KeyboardInterrupt:
+            click.echo("error: interrupted; nothing was written under the final names", err=True)
+            sys.exit(130)
+    return wrapper
