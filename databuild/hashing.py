@@ -159,20 +159,30 @@ def _check_group(table: pa.Table, first: int, row_tokens: int, path: Path) -> No
                              "must start at 0 and increase within the row")
 
 
-def hash_parquet(path: Path, file_digest: tuple[str, int] | None = None) -> ParquetSummary:
-    """Every pinned figure of a row file, from the file alone, one row group in memory at a time.
-    `file_digest` is the file's (sha256, bytes) when the caller has already read them."""
+def open_row_file(path: Path) -> pq.ParquetFile:
+    """A row file opened from its footer, with the schema checked: what every reader starts with."""
     try:
         parquet = pq.ParquetFile(path)
     except (OSError, pa.ArrowException) as exc:
         raise UnreadableError(f"{path}: not readable as parquet: {exc}") from None
     check_schema(parquet.schema_arrow, path)
+    return parquet
+
+
+def read_row_group(parquet: pq.ParquetFile, group: int, path: Path, columns: list[str] | None = None) -> pa.Table:
+    try:
+        return parquet.read_row_group(group, columns=columns)
+    except (OSError, pa.ArrowException) as exc:
+        raise UnreadableError(f"{path}: row group {group} unreadable: {exc}") from None
+
+
+def hash_parquet(path: Path, file_digest: tuple[str, int] | None = None) -> ParquetSummary:
+    """Every pinned figure of a row file, from the file alone, one row group in memory at a time.
+    `file_digest` is the file's (sha256, bytes) when the caller has already read them."""
+    parquet = open_row_file(path)
     hasher, rows, supervised, row_tokens = RowsHasher(), 0, 0, None
     for group in range(parquet.num_row_groups):
-        try:
-            table = parquet.read_row_group(group)
-        except (OSError, pa.ArrowException) as exc:
-            raise UnreadableError(f"{path}: row group {group} unreadable: {exc}") from None
+        table = read_row_group(parquet, group, path)
         if not table.num_rows:
             continue
         _check_nulls(table, rows, path)

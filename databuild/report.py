@@ -19,10 +19,10 @@ import pyarrow.parquet as pq
 
 from .charts import chart_grid
 from .errors import BuildError
-from .hashing import check_row_group
+from .hashing import check_row_group, read_row_group
 from .manifest import manifest_beside
 from .pinned_tokenizer import tokenizer_dir
-from .show import compose, decode_spans, id_texts, open_parquet, printable, read_group, read_rows, row_header, spans
+from .show import compose, decode_spans, id_texts, open_parquet, printable, read_rows, row_header, spans
 
 
 
@@ -58,7 +58,7 @@ def group_stats(table) -> RowStats:
 def row_stats(parquet: pq.ParquetFile, path: Path) -> RowStats:
     parts, first = [], 0
     for group in range(parquet.metadata.num_row_groups):
-        table = read_group(parquet, group, ["loss_mask", "seq_start_id"])
+        table = read_row_group(parquet, group, path, ["loss_mask", "seq_start_id"])
         check_row_group(table, first, path)  # a null would count as a number
         parts.append(group_stats(table))
         first += table.num_rows

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .errors import BuildError
-from .hashing import check_row_group, check_schema
+from .hashing import check_row_group, open_row_file, read_row_group
 
 COLUMNS = ["input_ids", "loss_mask", "seq_start_id", "conversation_ids"]
 # Control characters would move the cursor or recolour the terminal (data can hold ANSI escapes);
@@ -46,12 +46,7 @@ class Span:
 def open_parquet(path: Path) -> pq.ParquetFile:
     if not path.is_file():
         raise BuildError(f"{path}: no such file")
-    try:
-        parquet = pq.ParquetFile(path)
-    except (OSError, pa.ArrowException) as exc:
-        raise BuildError(f"{path}: not readable as parquet: {exc}") from None
-    check_schema(parquet.schema_arrow, path)
-    return parquet
+    return open_row_file(path)
 
 
 def locate(parquet: pq.ParquetFile, row: int) -> tuple[int, int]:
@@ -69,13 +64,6 @@ def locate(parquet: pq.ParquetFile, row: int) -> tuple[int, int]:
     raise BuildError(f"row {row}: the footer's row groups do not add up to {total} rows")
 
 
-def read_group(parquet: pq.ParquetFile, group: int, columns: list[str]) -> pa.Table:
-    try:
-        return parquet.read_row_group(group, columns=columns)
-    except (OSError, pa.ArrowException) as exc:
-        raise BuildError(f"row group {group} unreadable: {exc}") from None
-
-
 def _last_id(table: pa.Table, offset: int) -> str | None:
     ids = table.column("conversation_ids")[offset].as_py()
     return ids[-1] if ids else None
@@ -91,7 +79,7 @@ def read_rows(parquet: pq.ParquetFile, path: Path, first: int, count: int = 1,
     for index in range(first, first + count):
         group, offset = locate(parquet, index)
         if group not in tables:
-            tables = {group: read_group(parquet, group, COLUMNS)}  # keep one group in memory
+            tables = {group: read_row_group(parquet, group, path, COLUMNS)}  # keep one group in memory
             check_row_group(tables[group], index - offset, path)
         one = tables[group].slice(offset, 1)
         values = {name: one.column(name).combine_chunks().flatten() for name in COLUMNS}
@@ -101,7 +89,7 @@ def read_rows(parquet: pq.ParquetFile, path: Path, first: int, count: int = 1,
         elif offset:
             continued = _last_id(tables[group], offset - 1) == ids[0]
         elif group:  # the previous row sits in the group before: read its one small column
-            before = read_group(parquet, group - 1, ["conversation_ids"])
+            before = read_row_group(parquet, group - 1, path, ["conversation_ids"])
             continued = _last_id(before, before.num_rows - 1) == ids[0]
         else:
             continued = False
