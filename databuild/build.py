@@ -27,7 +27,7 @@ from .manifest import build_manifest, manifest_path, write_manifest
 from .pack import PackStats, pack_rows
 from .permute import permutation
 from .render import Renderer, load_tokenizer
-from .source import BadConversation, Conversation, SourceFile, locate_row
+from .source import BadConversation, Conversation, Problem, SourceFile, locate_row
 from .spill import Spill, expected_prefix
 from .write import WRITER_OPTIONS, partial_path, publish, rows_per_group, write_rows
 
@@ -60,7 +60,7 @@ def _marked(conversations: Iterable[Conversation],
     far the tokenizer ran ahead)."""
     for conversation in conversations:
         bad = malformed.get(conversation.index)
-        yield conversation if bad is None else replace(conversation, messages=(), problem=(bad.kind, bad.reason))
+        yield conversation if bad is None else replace(conversation, messages=(), problem=Problem(bad.kind, bad.reason))
 
 
 def _buildable(tokenized: Iterable[TokenizedConversation], config: BuildConfig, files: list[SourceFile],

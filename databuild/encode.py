@@ -14,14 +14,14 @@ from collections import deque
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import islice
-from typing import Callable, Iterable, Iterator, NamedTuple
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
 from .errors import BuildError
 from .masks import STRATEGIES, MaskError, place_assistant_contents, spans_to_mask
 from .render import Renderer
-from .source import Conversation
+from .source import Conversation, Problem
 
 
 @dataclass(frozen=True)
@@ -32,13 +32,7 @@ class TokenizedConversation:
     source: str
     input_ids: np.ndarray  # int32
     loss_mask: np.ndarray  # int8, 1 = target
-    problem: tuple[str, str] | None = None  # (kind, reason) when it cannot be built; no tokens then
-
-
-class Unbuildable(NamedTuple):
-    """What render gives, in place of a text, for a conversation that cannot be built."""
-    kind: str
-    reason: str
+    problem: Problem | None = None  # when it cannot be built; no tokens then
 
 
 class Encoder:
@@ -62,12 +56,12 @@ class Encoder:
         self.__dict__.update({k: v for k, v in state.items() if k != "backend_json"})
         self._backend = Tokenizer.from_str(state["backend_json"])
 
-    def render(self, batch: list[Conversation]) -> list[str | Unbuildable]:
+    def render(self, batch: list[Conversation]) -> list[str | Problem]:
         return [self._render(c) for c in batch]
 
-    def _render(self, conversation: Conversation) -> str | Unbuildable:
+    def _render(self, conversation: Conversation) -> str | Problem:
         if conversation.problem is not None:
-            return Unbuildable(*conversation.problem)
+            return conversation.problem
         try:
             return self.renderer.render(conversation.messages)
         except BuildError:  # the config's fault (e.g. no pinned date), not this conversation's
@@ -75,26 +69,26 @@ class Encoder:
         except MACHINE_LIMITS as exc:
             raise _machine_limit(conversation, exc) from None
         except Exception as exc:  # the template is code from the tokenizer repo; it may refuse a conversation
-            return Unbuildable("template_error", f"the chat template raised {type(exc).__name__}: {exc}")
+            return Problem("template_error", f"the chat template raised {type(exc).__name__}: {exc}")
 
-    def tokenize(self, texts: list[str | Unbuildable]) -> list:
+    def tokenize(self, texts: list[str | Problem]) -> list:
         """The Rust part: runs on the tokenizer's threads with the GIL released."""
         return self._backend.encode_batch([t if isinstance(t, str) else "" for t in texts], add_special_tokens=False)
 
-    def finish(self, batch: list[Conversation], texts: list[str | Unbuildable],
+    def finish(self, batch: list[Conversation], texts: list[str | Problem],
                encodings: list) -> list[TokenizedConversation]:
         strategy = STRATEGIES[self.loss_mask]
         out = []
         for conversation, text, encoding in zip(batch, texts, encodings):
-            if isinstance(text, Unbuildable):
-                out.append(_unbuildable(conversation, text.kind, text.reason))
+            if isinstance(text, Problem):
+                out.append(_unbuildable(conversation, text))
                 continue
             ids = np.fromiter(encoding.ids, dtype=np.int32, count=len(encoding))
             try:
                 placed = place_assistant_contents(conversation.messages, text, self.renderer.render)
                 spans = strategy(conversation.messages, text, placed, self.special_tokens)
             except MaskError as exc:
-                out.append(_unbuildable(conversation, "mask_error", str(exc)))
+                out.append(_unbuildable(conversation, Problem("mask_error", str(exc))))
                 continue
             except MACHINE_LIMITS as exc:
                 raise _machine_limit(conversation, exc) from None
@@ -117,10 +111,11 @@ def _machine_limit(conversation: Conversation, exc: BaseException) -> BuildError
                       f"{type(exc).__name__}, a limit of this machine, not of the conversation; nothing was written")
 
 
-def _unbuildable(conversation: Conversation, kind: str, reason: str) -> TokenizedConversation:
-    empty = np.zeros(0, dtype=np.int32)
+def _unbuildable(conversation: Conversation, problem: Problem) -> TokenizedConversation:
+    """No tokens, and the problem with its reason on one line (it goes into the manifest as it is)."""
+    empty, one_line = np.zeros(0, dtype=np.int32), problem._replace(reason=problem.reason.replace("\n", " "))
     return TokenizedConversation(conversation.position, conversation.index, conversation.id, conversation.source,
-                                 empty, empty.astype(np.int8), (kind, " ".join(reason.split("\n"))))
+                                 empty, empty.astype(np.int8), one_line)
 
 
 def batches(items: Iterable[Conversation], size: int) -> Iterator[list[Conversation]]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -26,6 +26,12 @@ SOURCE_SCHEMA = pa.schema([("id", pa.string()),
 READ_BATCH_ROWS = 4096
 
 
+class Problem(NamedTuple):
+    """Why a conversation cannot be built: its kind (malformed, template_error, mask_error) and reason."""
+    kind: str
+    reason: str
+
+
 @dataclass(frozen=True)
 class Conversation:
     position: int  # place in the permuted stream
@@ -33,7 +39,7 @@ class Conversation:
     id: str
     source: str
     messages: tuple[tuple[str, str], ...]  # (role, content)
-    problem: tuple[str, str] | None = None  # (kind, reason) when it cannot be built; no messages then
+    problem: Problem | None = None  # when it cannot be built; no messages then
 
 
 @dataclass(frozen=True)
