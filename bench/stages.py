@@ -51,14 +51,14 @@ def main(argv=None) -> None:
         from transformers import AutoTokenizer  # noqa: F401
         from databuild.build import DEFAULT_WINDOW, separator_id
         from databuild.config import load_config
-        from databuild.encode import Encoder
-        from databuild.hashing import RowsHasher
-        from databuild.inputs import resolve_inputs
-        from databuild.pack import PackStats, pack_rows
-        from databuild.permute import permutation
-        from databuild.render import Renderer, load_tokenizer
-        from databuild.spill import Spill
-        from databuild.write import write_rows
+        from databuild.encode.encoder import Encoder
+        from databuild.rowfile.hashes import RowsHasher
+        from databuild.inputs.hub import resolve_inputs
+        from databuild.pack.concat import PackStats, pack_rows
+        from databuild.sources.permute import permutation
+        from databuild.encode.render import Renderer, load_tokenizer
+        from databuild.sources.spill import Spill
+        from databuild.rowfile.write import write_rows
     config = load_config(args.config)
     with stage("resolve inputs (hash source + tokenizer files)"):
         inputs = resolve_inputs(config, offline=True)

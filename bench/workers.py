@@ -168,8 +168,8 @@ def peer_template(tokenizer) -> str:
 
 class StreamHasher:
     """databuild's rows_sha256 recomputed from per-conversation (ids, mask): the pack rules of
-    databuild/pack.py (one separator between conversations unless the render already ends with it,
-    fixed rows, rows without a target skipped) and the row bytes of databuild/hashing.py."""
+    databuild/pack/concat.py (one separator between conversations unless the render already ends with it,
+    fixed rows, rows without a target skipped) and the row bytes of databuild/rowfile/hashes.py."""
 
     def __init__(self, row_tokens: int, separator_id: int, rows: int):
         self.row_tokens, self.separator_id, self.rows_wanted = row_tokens, separator_id, rows

@@ -19,17 +19,17 @@ from typing import Any, Iterable, Iterator
 from tqdm import tqdm
 
 from .config import BuildConfig
-from .encode import Encoder, TokenizedConversation, encode_stream
+from .encode.encoder import Encoder, TokenizedConversation, encode_stream
 from .errors import BuildError
-from .hashing import RowsHasher, file_sha256
-from .inputs import ResolvedInputs, resolve_inputs
-from .manifest import build_manifest, manifest_path, write_manifest
-from .pack import PackStats, pack_rows
-from .permute import permutation
-from .render import Renderer, load_tokenizer
-from .source import BadConversation, Conversation, Problem, SourceFile, locate_row
-from .spill import Spill, expected_prefix
-from .write import WRITER_OPTIONS, partial_path, publish, rows_per_group, write_rows
+from .rowfile.hashes import RowsHasher, file_sha256
+from .inputs.hub import ResolvedInputs, resolve_inputs
+from .publish.manifest import build_manifest, manifest_path, write_manifest
+from .pack.concat import PackStats, pack_rows
+from .sources.permute import permutation
+from .encode.render import Renderer, load_tokenizer
+from .sources.reader import BadConversation, Conversation, Problem, SourceFile, locate_row
+from .sources.spill import Spill, expected_prefix
+from .rowfile.write import WRITER_OPTIONS, partial_path, publish, rows_per_group, write_rows
 
 DEFAULT_BATCH = 256
 DEFAULT_WINDOW = 8192  # conversations per spilled bucket: the memory bound of the source stage
@@ -153,7 +153,7 @@ def _make(prepared: Prepared, out_dir: Path, workers: int, batch_size: int, prog
     stats, skipped, hasher = PackStats(), [], RowsHasher()
     conversations = prepared.conversations()
     if executor == "ray":
-        from .ray_executor import ray_encode_stream
+        from .executors.ray import ray_encode_stream
 
         stream = ray_encode_stream(conversations, encoder, batch_size, workers, ray_address)
     else:

@@ -105,7 +105,7 @@ def make(name, out_dir, offline, dataset_dir, tokenizer_dir, workers, batch_size
                f"  time                   {result.seconds:.1f} s ({s['tokens'] / max(result.seconds, 1e-9):,.0f} tokens/s)\n"
                f"  manifest               {result.manifest}")
     if recipe is not None:
-        from .recipe import update_recipe
+        from .publish.recipe import update_recipe
         from .verify import gather, verify
 
         report = verify(result.parquet, gather(result.parquet, result.manifest))
@@ -128,7 +128,7 @@ def fetch(name):
       HF_HOME=/shared/hf databuild fetch muse-spark-tulu3-fixed8192-v1
     """
     from .config import resolve_config
-    from .inputs import fetch as run_fetch
+    from .inputs.hub import fetch as run_fetch
 
     resolved = run_fetch(resolve_config(name))
     click.echo(f"source    {resolved.source_root} ({len(resolved.source_files)} files)")
@@ -145,7 +145,7 @@ def hash_command(parquet):
     Example:
       databuild hash build/muse-spark-tiny-fixed512-v1.parquet
     """
-    from .hashing import hash_parquet
+    from .rowfile.hashes import hash_parquet
 
     summary = hash_parquet(parquet)
     for key in ("rows_sha256", "parquet_sha256", "parquet_bytes", "rows", "row_tokens"):

@@ -39,10 +39,10 @@ def show(parquet, row, name_or_dir, color):
       databuild show rows.parquet --row 6000 --tokenizer ./tokenizer
       databuild show rows.parquet --row 12 --color always | less -R
     """
-    from .manifest import manifest_beside
-    from .pinned_tokenizer import tokenizer_dir
-    from .render import load_tokenizer
-    from .show import compose, decode_spans, open_parquet, read_rows, row_header, spans
+    from .publish.manifest import manifest_beside
+    from .inputs.tokenizer import tokenizer_dir
+    from .encode.render import load_tokenizer
+    from .views.show import compose, decode_spans, open_parquet, read_rows, row_header, spans
 
     parquet_file, manifest = open_parquet(parquet), manifest_beside(parquet)
     # the row first: its index is checked before any tokenizer is loaded
@@ -81,7 +81,7 @@ def report(parquet, output, rows, name_or_dir):
       databuild report rows.parquet -o /tmp/rows.html --rows 3 --tokenizer ./tokenizer
     """
     from .errors import BuildError
-    from .report import render_report
+    from .views.report import render_report
 
     page = render_report(parquet, rows, name_or_dir)
     output = output or Path(parquet.name.removesuffix(".parquet") + ".report.html")

@@ -143,7 +143,7 @@ TOP_KEYS = {"name", "description", "source", "tokenizer", "template_kwargs", "lo
 
 def load_config(path: str | os.PathLike) -> BuildConfig:
     """Read and validate one config YAML."""
-    from .masks import STRATEGIES
+    from .encode.masks import STRATEGIES
 
     path = Path(path)
     where = str(path)

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from .errors import BuildError
-from .hashing import ParquetSummary, RowFormatError, UnreadableError, file_sha256, hash_parquet
-from .manifest import library_versions, manifest_path, read_manifest
-from .write import partial_path
+from .rowfile.hashes import ParquetSummary, RowFormatError, UnreadableError, file_sha256, hash_parquet
+from .publish.manifest import library_versions, manifest_path, read_manifest
+from .rowfile.write import partial_path
 
 EXIT_OK, EXIT_DIFFERENT, EXIT_USAGE, EXIT_UNREADABLE = 0, 1, 2, 3
 FILE_FIELDS = ("parquet_sha256", "parquet_bytes")
@@ -63,7 +63,7 @@ def from_manifest(manifest: dict[str, Any], origin: str) -> list[Expectation]:
 
 
 def from_recipe(path: Path) -> list[Expectation]:
-    from .recipe import read_dataset_block
+    from .publish.recipe import read_dataset_block
 
     dataset = read_dataset_block(path)
     build = dataset.get("build") or {}

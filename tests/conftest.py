@@ -34,7 +34,7 @@ def tiny_build(tiny_config, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def tokenizer():
-    from databuild.render import load_tokenizer
+    from databuild.encode.render import load_tokenizer
 
     return load_tokenizer(TOKENIZER_DIR)
 

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from conftest import REPO, TINY, TINY_CONFIG
 from databuild.build import make
 from databuild.cli import main
-from databuild.encode import Encoder
+from databuild.encode.encoder import Encoder
 from databuild.verify import gather, verify
 
 
@@ -80,7 +80,7 @@ def test_disk_full_while_writing(tiny_build, previous, monkeypatch):
 KILLED_MID_WRITE = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    import databuild.write as write
+    import databuild.rowfile.write as write
     from databuild.build import make
     from databuild.config import load_config
 

@@ -146,7 +146,7 @@ def test_regular_files_are_accepted_where_the_cache_cannot_hold_links(hub, monke
     import huggingface_hub.file_download as file_download
 
     from databuild.errors import BuildError
-    from databuild.inputs import check_cached_blob
+    from databuild.inputs.hub import check_cached_blob
 
     cache, _ = hub
     snapshot = source_snapshot(cache)

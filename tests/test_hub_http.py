@@ -86,7 +86,7 @@ def commits(requests: list[Request]) -> set[str]:
 
 
 def assert_golden(out: Path) -> None:
-    from databuild.hashing import hash_parquet
+    from databuild.rowfile.hashes import hash_parquet
 
     parquet = out / f"{TINY}.parquet"
     assert hashlib.sha256(parquet.read_bytes()).hexdigest() == GOLDEN["parquet_sha256"]

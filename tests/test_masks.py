@@ -7,11 +7,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from databuild.encode import Encoder
+from databuild.encode.encoder import Encoder
 from databuild.errors import BuildError
-from databuild.masks import _only_place
-from databuild.render import Renderer
-from databuild.source import Conversation
+from databuild.encode.masks import _only_place
+from databuild.encode.render import Renderer
+from databuild.sources.reader import Conversation
 
 KWARGS = {"current_date": "2026-10-01", "reasoning_effort": "xhigh"}
 CHATML = ("{% for m in messages %}{{ '<|im_start|>' + m.role + '\\n' }}{% if m.role == 'assistant' %}"
@@ -133,7 +133,7 @@ def test_a_template_that_raises_refuses_that_conversation_only(tokenizer):
 
 @pytest.mark.skipif(not (PHI3 / "tokenizer.json").exists(), reason="reference tokenizer not beside the repo")
 def test_real_tokenizer_phi3(source_conversations):
-    from databuild.render import load_tokenizer
+    from databuild.encode.render import load_tokenizer
 
     phi3 = load_tokenizer(PHI3)
     for cid, messages in source_conversations[:80]:
@@ -147,7 +147,7 @@ def test_real_tokenizer_phi3(source_conversations):
 def test_span_edges_follow_the_overlap_rule(tokenizer, text):
     """A span ending inside a character split over several byte tokens still covers all of them:
     the same tokens as transformers' rule over every token's offsets."""
-    from databuild.masks import spans_to_mask
+    from databuild.encode.masks import spans_to_mask
 
     encoding = tokenizer.backend_tokenizer.encode(text, add_special_tokens=False)
     end = text.index("<|end|>")

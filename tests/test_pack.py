@@ -7,8 +7,8 @@ from itertools import islice
 import numpy as np
 import pytest
 
-from databuild.encode import TokenizedConversation
-from databuild.pack import PackStats, pack_rows
+from databuild.encode.encoder import TokenizedConversation
+from databuild.pack.concat import PackStats, pack_rows
 
 SEP = 99
 

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from databuild.permute import inverse_permutation, permutation
+from databuild.sources.permute import inverse_permutation, permutation
 
 # Inspected: the order datasets.Dataset.shuffle(seed=42) gave for 1,000 and 300 rows (numpy 2.4).
 GOLDEN_1000_SEED_42 = [978, 933, 859, 916, 127, 608, 856, 260, 147, 810]

@@ -12,10 +12,10 @@ ray = pytest.importorskip("ray")
 
 from databuild.build import make, prepare  # noqa: E402
 from databuild.config import resolve_config  # noqa: E402
-from databuild.encode import encode_stream  # noqa: E402
+from databuild.encode.encoder import encode_stream  # noqa: E402
 from databuild.errors import BuildError  # noqa: E402
-from databuild.ray_executor import _connect, ray_encode_stream  # noqa: E402
-from databuild.render import Renderer  # noqa: E402
+from databuild.executors.ray import _connect, ray_encode_stream  # noqa: E402
+from databuild.encode.render import Renderer  # noqa: E402
 
 TINY = "muse-spark-tiny-fixed512-v1"
 RAY_CPUS = 2
@@ -121,7 +121,7 @@ def test_a_worker_that_dies_starting_is_one_line(ray_instance):
 
 
 def test_refuses_workers_with_other_libraries(ray_instance, monkeypatch):
-    import databuild.ray_executor as executor
+    import databuild.executors.ray as executor
 
     encoder, conversations = _tiny_stream()
     here = {**executor.library_versions(), "tokenizers": "0.0.1"}

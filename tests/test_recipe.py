@@ -12,7 +12,7 @@ from ruamel.yaml import YAML
 from conftest import FIXTURES, TINY
 from databuild.cli import main
 from databuild.errors import BuildError
-from databuild.recipe import recipe_values, update_recipe
+from databuild.publish.recipe import recipe_values, update_recipe
 
 SEED = FIXTURES / "recipe" / "attune-tp2-pp16-ep8.yaml"  # the seed recipe's YAML, as published
 WRITABLE = {"rows_sha256", "name", "tokenizer", "loss_mask", "rows", "row_tokens", "padding_tokens", "seed",

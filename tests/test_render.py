@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from databuild.errors import BuildError
-from databuild.render import Renderer, pinned_strftime
+from databuild.encode.render import Renderer, pinned_strftime
 
 MESSAGES = (("system", "Be kind."), ("user", "Hi"), ("assistant", "Hello"))
 CLOCK = "{{ strftime_now('%Y-%m-%d %A %d %B %Y') }}|{% for m in messages %}{{ m.content }}{% endfor %}"
@@ -41,7 +41,7 @@ def test_a_template_reading_the_clock_needs_a_pinned_date():
                                  {"TZ": "America/Adak", "LANG": "fr_FR.UTF-8", "PYTHONHASHSEED": "7"}])
 def test_render_independent_of_zone_and_locale(env):
     code = ("import locale\ntry: locale.setlocale(locale.LC_ALL, '')\nexcept locale.Error: pass\n"
-            "from databuild.render import Renderer\n"
+            "from databuild.encode.render import Renderer\n"
             f"print(Renderer({CLOCK!r}, {{}}, {{'current_date': '2026-10-01'}}).render((('user', 'x'),)))")
     out = subprocess.run([sys.executable, "-c", code], env={**os.environ, **env}, capture_output=True, text=True,
                          check=True).stdout

@@ -9,9 +9,9 @@ import pytest
 
 from conftest import SOURCE_DIR
 from databuild.build import prepare
-from databuild.permute import permutation
-from databuild.source import source_files
-from databuild.spill import BYTES_PER_TOKEN_BOUND, Spill, expected_prefix
+from databuild.sources.permute import permutation
+from databuild.sources.reader import source_files
+from databuild.sources.spill import BYTES_PER_TOKEN_BOUND, Spill, expected_prefix
 
 
 @pytest.fixture(scope="module")

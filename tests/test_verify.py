@@ -13,8 +13,8 @@ from click.testing import CliRunner
 
 from conftest import TINY, REPO
 from databuild.cli import main
-from databuild.hashing import hash_parquet
-from databuild.write import WRITER_OPTIONS
+from databuild.rowfile.hashes import hash_parquet
+from databuild.rowfile.write import WRITER_OPTIONS
 
 SEED_RECIPE = REPO.parent / "shared" / "seed" / "muse-spark-open-b200-recipe.txt"
 

@@ -16,9 +16,9 @@ from conftest import TOKENIZER_DIR
 from databuild.build import make
 from databuild.cli import main
 from databuild.config import resolve_config
-from databuild.render import load_tokenizer
-from databuild.pinned_tokenizer import tokenizer_dir
-from databuild.show import Row, decode_spans, open_parquet, read_rows, spans
+from databuild.encode.render import load_tokenizer
+from databuild.inputs.tokenizer import tokenizer_dir
+from databuild.views.show import Row, decode_spans, open_parquet, read_rows, spans
 
 NAME = "muse-spark-tiny-fixed512-v1"
 

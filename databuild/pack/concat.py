@@ -17,7 +17,7 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-from .encode import TokenizedConversation
+from ..encode.encoder import TokenizedConversation
 
 
 @dataclass(frozen=True)

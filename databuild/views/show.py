@@ -14,8 +14,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .errors import BuildError
-from .hashing import check_row_group, open_row_file, read_row_group
+from ..errors import BuildError
+from ..rowfile.hashes import check_row_group, open_row_file, read_row_group
 
 COLUMNS = ["input_ids", "loss_mask", "seq_start_id", "conversation_ids"]
 # Control characters would move the cursor or recolour the terminal (data can hold ANSI escapes);

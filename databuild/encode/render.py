@@ -14,7 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from .errors import BuildError
+from ..errors import BuildError
 
 _C_LOCALE_DAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
 _C_LOCALE_MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August",

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .errors import BuildError
-from .hashing import file_sha256
+from ..errors import BuildError
+from ..rowfile.hashes import file_sha256
 
 
 def _hub_cache(repo: str, revision: str) -> Path | None:
-    from .inputs import TOKENIZER_FILES, hub_snapshot
+    from ..inputs.hub import TOKENIZER_FILES, hub_snapshot
 
     try:
         path = hub_snapshot(repo, revision, "model", list(TOKENIZER_FILES), True, "")
@@ -25,7 +25,7 @@ def _hub_cache(repo: str, revision: str) -> Path | None:
 
 
 def _from_configs(repo: str, revision: str) -> Path | None:
-    from .config import available_configs, load_config
+    from ..config import available_configs, load_config
 
     for path in available_configs().values():
         try:
@@ -41,7 +41,7 @@ def _explicit(name_or_dir: str) -> Path:
     directory = Path(name_or_dir).expanduser()
     if directory.is_dir():
         return directory
-    from .config import available_configs, load_config
+    from ..config import available_configs, load_config
 
     if name_or_dir in available_configs():
         spec = load_config(available_configs()[name_or_dir]).tokenizer

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .errors import BuildError
+from ..errors import BuildError
 
 ROLES = ("system", "developer", "user", "assistant")
 COLUMNS = ["id", "messages", "source"]

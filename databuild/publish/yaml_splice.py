@@ -13,7 +13,7 @@ from typing import Any
 from ruamel.yaml import YAML
 from ruamel.yaml.nodes import MappingNode, ScalarNode, SequenceNode
 
-from .errors import BuildError
+from ..errors import BuildError
 
 WIDTH = 120  # the seed recipe folds long strings at 120 columns
 

@@ -23,8 +23,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc  # noqa: F401  (pa.ipc)
 
-from .permute import inverse_permutation
-from .source import COLUMNS, BadConversation, Conversation, SourceFile, check_batch, iter_batches
+from ..sources.permute import inverse_permutation
+from ..sources.reader import COLUMNS, BadConversation, Conversation, SourceFile, check_batch, iter_batches
 
 SPILL_THREADS = 2  # files decoded at once in a pass
 # Message bytes per token the first pass provides for: about twice what BPE tokenizers average

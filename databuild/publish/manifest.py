@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .config import BuildConfig
-    from .inputs import ResolvedInputs
-    from .pack import PackStats
-    from .source import BadConversation
+    from ..config import BuildConfig
+    from ..inputs.hub import ResolvedInputs
+    from ..pack.concat import PackStats
+    from ..sources.reader import BadConversation
 
 FORMAT = "databuild-manifest/1"
 LIBRARIES = ("databuild", "numpy", "pyarrow", "tokenizers", "transformers", "jinja2", "huggingface_hub",
@@ -124,7 +124,7 @@ def replace_durably(source: Path, target: Path) -> None:
 
 
 def read_manifest(path: Path) -> dict[str, Any]:
-    from .errors import BuildError
+    from ..errors import BuildError
 
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
@@ -162,7 +162,7 @@ ITEMS: dict[str, type | dict[str, type | tuple]] = {
 
 
 def _check_shape(manifest: dict[str, Any], path: Path) -> None:
-    from .errors import BuildError
+    from ..errors import BuildError
 
     def fail(field: str, value: Any, kind) -> BuildError:
         names = "/".join(k.__name__ for k in kind) if isinstance(kind, tuple) else kind.__name__

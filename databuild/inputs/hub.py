@@ -14,10 +14,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .config import BuildConfig
-from .errors import BuildError, first_line
-from .hashing import file_sha256
-from .source import SourceFile, source_files
+from ..config import BuildConfig
+from ..errors import BuildError, first_line
+from ..rowfile.hashes import file_sha256
+from ..sources.reader import SourceFile, source_files
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja",
                    "special_tokens_map.json", "added_tokens.json", "tokenizer.model")

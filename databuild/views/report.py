@@ -17,12 +17,12 @@ import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .charts import chart_grid
-from .errors import BuildError
-from .hashing import check_row_group, read_row_group
-from .manifest import manifest_beside
-from .pinned_tokenizer import tokenizer_dir
-from .show import compose, decode_spans, id_texts, open_parquet, printable, read_rows, row_header, spans
+from ..views.charts import chart_grid
+from ..errors import BuildError
+from ..rowfile.hashes import check_row_group, read_row_group
+from ..publish.manifest import manifest_beside
+from ..inputs.tokenizer import tokenizer_dir
+from ..views.show import compose, decode_spans, id_texts, open_parquet, printable, read_rows, row_header, spans
 
 
 
@@ -164,7 +164,7 @@ font-weight:600;margin:4px 0 2px}
 
 def _viewer_tokenizer(path: Path, name_or_dir: str | None, manifest: dict | None):
     """(tokenizer or None, a note for the page). A tokenizer named explicitly must load; the pinned one may miss."""
-    from .render import load_tokenizer
+    from ..encode.render import load_tokenizer
 
     try:
         directory = tokenizer_dir(path, name_or_dir, manifest)

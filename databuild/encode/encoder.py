@@ -18,10 +18,10 @@ from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
-from .errors import BuildError
-from .masks import STRATEGIES, MaskError, place_assistant_contents, spans_to_mask
-from .render import Renderer
-from .source import Conversation, Problem
+from ..errors import BuildError
+from ..encode.masks import STRATEGIES, MaskError, place_assistant_contents, spans_to_mask
+from ..encode.render import Renderer
+from ..sources.reader import Conversation, Problem
 
 
 @dataclass(frozen=True)

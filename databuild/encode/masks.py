@@ -22,7 +22,7 @@ from typing import Callable
 
 import numpy as np
 
-from .errors import BuildError
+from ..errors import BuildError
 
 Spans = list[tuple[int, int]]
 Placed = list[tuple[int, int, int]]  # (message index, start, end) of each non-empty assistant content

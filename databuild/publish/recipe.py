@@ -16,9 +16,9 @@ from typing import Any
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
-from .errors import BuildError
-from .manifest import read_manifest, replace_durably
-from .yaml_splice import splices
+from ..errors import BuildError
+from ..publish.manifest import read_manifest, replace_durably
+from ..publish.yaml_splice import splices
 
 
 def _read(path: Path) -> str:

@@ -1,0 +1,1 @@
+"""Who runs the pure encode step besides the local processes: Ray."""

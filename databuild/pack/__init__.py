@@ -1,0 +1,1 @@
+"""Packing: tokenized conversations into fixed-length rows."""

@@ -1,0 +1,1 @@
+"""Publishing a build: manifests, atomic replacement, recipe write-back."""

@@ -1,0 +1,1 @@
+"""The native row file: its schema and hashes, its writer."""

@@ -1,0 +1,1 @@
+"""Looking at rows: `show` in the terminal, `report` as one HTML page."""
