@@ -10,7 +10,6 @@ import shutil
 from argparse import Namespace
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest

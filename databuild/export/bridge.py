@@ -17,7 +17,6 @@ JSON array with one entry of the fields create_packing_strategy writes.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -70,7 +69,7 @@ class BridgeFormat(Format):
             pa.array([block.real_starts(r) for r in range(block.rows)], type=pa.list_(pa.int32())),
         ], schema=SCHEMA)
 
-    def sidecars(self, out: Path, row_tokens: int, rows: int) -> dict[str, bytes]:
+    def sidecars(self, row_tokens: int, rows: int) -> dict[str, bytes]:
         entry = {
             "dataset_max_seqlen": self.max_segment,
             "max_samples_per_bin": self.max_segments,

@@ -10,6 +10,7 @@ the empty string; its tokens are padding and never targets. Every format treats 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Iterator
 
@@ -44,6 +45,7 @@ class RowBlock:
         starts = self.seq_start_id[row]
         return starts[:-1] if self.conversation_ids[row][-1] == PADDING_ID else starts
 
+    @cached_property
     def real_lengths(self) -> np.ndarray:
         """Per row, the tokens before its padding (all of them when it has none)."""
         return np.array([s[-1] if c[-1] == PADDING_ID else self.row_tokens
@@ -58,11 +60,11 @@ class RowBlock:
 
     def segment_lengths(self, row: int) -> np.ndarray:
         starts = self.real_starts(row)
-        return np.diff(np.append(starts, self.real_lengths()[row]))
+        return np.diff(np.append(starts, self.real_lengths[row]))
 
     def kept(self) -> np.ndarray:
         """(rows, row_tokens) bool: True on every token before the row's padding."""
-        return np.arange(self.row_tokens)[None, :] < self.real_lengths()[:, None]
+        return np.arange(self.row_tokens)[None, :] < self.real_lengths[:, None]
 
     def targets_at_segment_starts(self) -> int:
         return int(np.count_nonzero(self.loss_mask.astype(bool) & self.segment_starts()))

@@ -8,6 +8,7 @@ settings, so the same source and the same pyarrow give the same bytes.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections import Counter
 from dataclasses import dataclass
@@ -44,7 +45,7 @@ class Format:
     def convert(self, block: RowBlock) -> pa.Table:
         raise NotImplementedError
 
-    def sidecars(self, out: Path, row_tokens: int, rows: int) -> dict[str, bytes]:
+    def sidecars(self, row_tokens: int, rows: int) -> dict[str, bytes]:
         """Files the consumer reads beside the rows: name (in OUT's directory) -> bytes."""
         return {}
 
@@ -90,7 +91,7 @@ def write_export(source: Path, fmt: Format, out: Path, summary: ParquetSummary) 
                 rows += table.num_rows
         _fsync(partial)
         sidecars = {}
-        for name, data in fmt.sidecars(out, summary.row_tokens, rows).items():
+        for name, data in fmt.sidecars(summary.row_tokens, rows).items():
             path = out.with_name(name)
             written.append(partial_path(path))
             partial_path(path).write_bytes(data)
@@ -114,8 +115,6 @@ def write_export(source: Path, fmt: Format, out: Path, summary: ParquetSummary) 
 
 def export_manifest(fmt: Format, source: Path, summary: ParquetSummary, out: Path, digest: str, size: int,
                     rows: int, content: ContentHasher, sidecars: dict[str, bytes]) -> dict[str, Any]:
-    import hashlib
-
     return {
         "format": FORMAT,
         "export": fmt.name,
