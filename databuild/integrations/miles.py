@@ -69,7 +69,8 @@ def _rollout(args: Any, data_buffer: Any, evaluation: bool, per_segment: bool) -
     if evaluation:
         raise ValueError("databuild rows are for training: no evaluation rollout")
     if not getattr(args, "rollout_global_dataset", False):
-        raise ValueError("databuild rows are read through the global dataset: set --rollout-global-dataset")
+        raise ValueError("databuild rows are read through the global dataset (the default of miles and slime): "
+                         "drop --disable-rollout-global-dataset")
     before = sum(UNTRAINABLE.values())
     groups = data_buffer.get_samples(args.rollout_batch_size)
     filled = []
