@@ -32,6 +32,7 @@ class SourceSpec:
     take: int | float | None = None  # a count of rows, or a fraction (0, 1] of the source; None: every row
     format: str = "messages"  # a name in sources.formats.FORMATS, or "columns" (a column mapping)
     columns: tuple[tuple[str, str], ...] = ()  # format "columns": (key, column or field name), sorted
+    key: str = field(default="source", compare=False)  # where the config holds it: source, or sources[i]
 
     @property
     def format_config(self) -> str | dict[str, str]:
@@ -122,7 +123,7 @@ def _source(raw: Any, key: str, where: str, base: Path) -> SourceSpec:
         raise _fail(where, "take", take, "a fraction is a float in (0, 1]; a count is an int")
     name, columns = _format(raw.get("format", "messages"), where)
     return SourceSpec(_take(raw, "repo", str, where), _commit(raw, "revision", where),
-                      _take(raw, "split", str, where, "train"), _local_dir(raw, where, base), take, name, columns)
+                      _take(raw, "split", str, where, "train"), _local_dir(raw, where, base), take, name, columns, key)
 
 
 def _format(raw: Any, where: str) -> tuple[str, tuple[tuple[str, str], ...]]:

@@ -201,13 +201,13 @@ def resolve_inputs(config: BuildConfig, offline: bool = False) -> ResolvedInputs
             check_cached_blob(tokenizer_dir / name, tokenizer_dir, f"{where}: {name}", digest)
 
     sources, first = [], 0
-    for number, spec in enumerate(config.sources):
-        sources.append(_resolve_source(config, number, spec, first, offline))
+    for spec in config.sources:
+        sources.append(_resolve_source(config, spec, first, offline))
         first += sources[-1].rows
     return ResolvedInputs(tuple(sources), tokenizer_dir, tuple(tokenizer_hashes))
 
 
-def _resolve_source(config: BuildConfig, number: int, spec: SourceSpec, first: int, offline: bool) -> ResolvedSource:
+def _resolve_source(config: BuildConfig, spec: SourceSpec, first: int, offline: bool) -> ResolvedSource:
     """One source: located, its files listed and hashed from row number `first` on, its take selected."""
     root, origin = _source_root(config, spec, offline)
     where = f"dataset {spec.repo}@{spec.revision}"
@@ -223,8 +223,7 @@ def _resolve_source(config: BuildConfig, number: int, spec: SourceSpec, first: i
             check_cached_blob(file.path, root, f"{where}: {file.name}", digest)
         hashes.append((file.name, size, digest))
     rows = sum(f.rows for f in files)
-    key = "source" if len(config.sources) == 1 else f"sources[{number}]"
-    selected = take_rows(rows, take_count(spec.take, rows, f"{config.path}: {key}"), config.seed)
+    selected = take_rows(rows, take_count(spec.take, rows, f"{config.path}: {spec.key}"), config.seed)
     return ResolvedSource(spec, root, tuple(files), tuple(hashes), origin, selected)
 
 
