@@ -1,8 +1,8 @@
 """`sharegpt`: a `conversations` column of from/value, with the `from` values real datasets use.
 
-The union of the values open-instruct, axolotl, LLaMA-Factory and FastChat's converters accept for a
-plain chat turn (see data/README.md); a value outside it (`function_call`, `observation`, `tool`, a
-typo) is refused, naming it, rather than passed to the template to guess.
+The union of the values open-instruct's, axolotl's and LLaMA-Factory's converters accept for a plain
+chat turn (see data/README.md); a value outside it (`function_call`, `observation`, `tool`, a typo)
+is refused, naming it, rather than passed to the template to guess.
 """
 
 from __future__ import annotations
