@@ -305,3 +305,34 @@ def test_list_shows_a_mixtures_sources(tmp_path):
     line = next(line for line in result.stdout.splitlines() if line.startswith("my-mix\t"))
     assert f"org/first@{'1' * 12} + org/second@{'1' * 12} (take 0.25) [sharegpt]" in line
     assert line.endswith(str(configs / "my-mix.yaml"))
+
+
+def normalised(adapter, table: pa.Table) -> tuple[list[dict], dict[int, str]]:
+    from databuild.sources.reader import SourceFile
+
+    file = SourceFile(Path("x.parquet"), "data/x.parquet", table.num_rows, 10, 0, "org/x", adapter)
+    batch, refused = adapter.normalise(table.to_batches()[0], file, 10)
+    return batch.to_pylist(), refused
+
+
+def test_adapters_row_by_row():
+    from databuild.sources.formats import FORMATS
+
+    table = pa.table({"id": pa.array([7, 8, 9], pa.int64()),
+                      "prompt": ["hi", None, "q"],
+                      "completion": pa.array([[{"role": "assistant", "content": "a"}],
+                                              [{"role": "assistant", "content": "b"}], []],
+                                             pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())])))})
+    rows, refused = normalised(FORMATS["prompt_completion"], table)
+    assert [r["id"] for r in rows] == ["7", "8", "9"] and {r["source"] for r in rows} == {"org/x"}
+    assert [[(m["role"], m["content"]) for m in r["messages"]] for r in rows] == [
+        [("user", "hi"), ("assistant", "a")], [("assistant", "b")], [("user", "q")]]
+    assert refused == {1: "prompt is null"}  # row 2 (nothing to answer) is left to the reader's checks
+
+    chats = pa.table({"conversations": [[{"from": "system", "value": "s"}, {"from": "human", "value": "h"},
+                                         {"from": "chatgpt", "value": "g"}],
+                                        [{"from": "human", "value": "h"}, {"from": "function_call", "value": "{}"}]]})
+    rows, refused = normalised(FORMATS["sharegpt"], chats)
+    assert [r["id"] for r in rows] == ["org/x/data/x.parquet#0", "org/x/data/x.parquet#1"]
+    assert [m["role"] for m in rows[0]["messages"]] == ["system", "user", "assistant"]
+    assert list(refused) == [1] and refused[1].startswith("message 1: unknown 'from' value 'function_call'")
