@@ -13,7 +13,11 @@ Tulu 3 SFT mixture:
   in the ways that change tokenization: digits and LaTeX, code with indentation, accented and CJK
   text.
 
-The same (conversations, seed) always gives the same parquet bytes (single writer, fixed options).
+The same (conversations, seed, format) always gives the same parquet bytes (single writer, fixed
+options). `format` writes the same conversations in another source format databuild reads
+(databuild/sources/formats): `sharegpt` (conversations of from/value, human/gpt/system) or
+`prompt_completion` (conversational: all but the last message, then the last), to measure the
+format adapters against the messages form.
 """
 
 from __future__ import annotations
@@ -28,13 +32,21 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from databuild.sources.reader import SOURCE_SCHEMA
+
 GENERATOR_VERSION = 1  # bump when the text or shape changes: it keys the on-disk cache
 SHARD_ROWS = 16_384
-SCHEMA = pa.schema([
-    ("id", pa.string()),
-    ("messages", pa.list_(pa.struct([("content", pa.string()), ("role", pa.string())]))),
-    ("source", pa.string()),
-])
+MESSAGES = SOURCE_SCHEMA.field("messages").type
+FROM = {"system": "system", "user": "human", "assistant": "gpt"}
+SCHEMAS = {  # format: (schema, the columns of one conversation from its messages)
+    "messages": (SOURCE_SCHEMA, lambda messages: {"messages": messages}),
+    "sharegpt": (pa.schema([("id", pa.string()), ("conversations", pa.list_(pa.struct([
+        ("from", pa.string()), ("value", pa.string())]))), ("source", pa.string())]),
+        lambda messages: {"conversations": [{"from": FROM[m["role"]], "value": m["content"]} for m in messages]}),
+    "prompt_completion": (pa.schema([("id", pa.string()), ("prompt", MESSAGES), ("completion", MESSAGES),
+                                     ("source", pa.string())]),
+                          lambda messages: {"prompt": messages[:-1], "completion": messages[-1:]}),
+}
 
 COMMON = (
     "the of and to a in is it you that he was for on are with as I his they be at one have this from "
@@ -181,8 +193,9 @@ def _shard_count(conversations: int) -> int:
     return max(2, math.ceil(conversations / SHARD_ROWS))
 
 
-def write_corpus(root: Path, conversations: int, seed: int) -> CorpusInfo:
+def write_corpus(root: Path, conversations: int, seed: int, format: str = "messages") -> CorpusInfo:
     """Write root/data/train-0000K-of-0000N.parquet; reuse them if a finished copy is there."""
+    schema, columns_of = SCHEMAS[format]
     done = root / "corpus.json"
     if done.exists():
         info = json.loads(done.read_text())
@@ -194,23 +207,21 @@ def write_corpus(root: Path, conversations: int, seed: int) -> CorpusInfo:
     (root / "data").mkdir(parents=True, exist_ok=True)
     chars = size = 0
     for k in range(shards):
-        rows = {"id": [], "messages": [], "source": []}
+        rows = []
         for i in range(bounds[k], bounds[k + 1]):
             source, kind = kinds[i]
             messages = maker.messages(kind)
-            rows["id"].append(f"bench-{i:08d}")
-            rows["messages"].append(messages)
-            rows["source"].append(source)
+            rows.append({"id": f"bench-{i:08d}", **columns_of(messages), "source": source})
             chars += sum(len(m["content"]) for m in messages)
         path = root / "data" / f"train-{k:05d}-of-{shards:05d}.parquet"
-        pq.write_table(pa.Table.from_pydict(rows, schema=SCHEMA), path, compression="snappy",
+        pq.write_table(pa.Table.from_pylist(rows, schema=schema), path, compression="snappy",
                        row_group_size=1000)
         size += path.stat().st_size
     done.write_text(json.dumps({"conversations": conversations, "shards": shards, "characters": chars,
-                                "bytes": size, "seed": seed, "generator": GENERATOR_VERSION}))
+                                "bytes": size, "seed": seed, "generator": GENERATOR_VERSION, "format": format}))
     return CorpusInfo(root, conversations, shards, chars, size)
 
 
-def corpus_dir(cache: Path, conversations: int, seed: int) -> Path:
+def corpus_dir(cache: Path, conversations: int, seed: int, format: str = "messages") -> Path:
     key = hashlib.sha256(f"{GENERATOR_VERSION}:{conversations}:{seed}".encode()).hexdigest()[:12]
-    return cache / f"corpus-{conversations}-s{seed}-{key}"
+    return cache / f"corpus-{conversations}-s{seed}-{key}" / ("" if format == "messages" else format)

@@ -55,7 +55,7 @@ def main(argv=None) -> None:
         from databuild.rowfile.hashes import RowsHasher
         from databuild.inputs.hub import resolve_inputs
         from databuild.pack.concat import PackStats, pack_rows
-        from databuild.sources.permute import permutation
+        from databuild.sources.mixture import stream_positions
         from databuild.encode.render import Renderer, load_tokenizer
         from databuild.sources.spill import Spill
         from databuild.rowfile.write import write_rows
@@ -68,11 +68,11 @@ def main(argv=None) -> None:
         encoder = Encoder(tokenizer, Renderer.for_tokenizer(tokenizer, config.template_kwargs_dict),
                           config.loss_mask)
     files = list(inputs.source_files)
-    order = permutation(sum(f.rows for f in files), config.seed)
+    positions = stream_positions(*inputs.selections, sum(f.rows for f in files), config.seed)
     spill_dir = tempfile.TemporaryDirectory(prefix="databuild-stages-")
-    spill = Spill(files, order, args.window or DEFAULT_WINDOW, Path(spill_dir.name))
-    with stage("spill, whole source (check, bucket, write IPC)"):
-        spill.check_and_spill(len(order))
+    spill = Spill(files, positions, args.window or DEFAULT_WINDOW, Path(spill_dir.name))
+    with stage("spill, whole source (format adapter, check, bucket, write IPC)"):
+        spill.check_and_spill(spill.size)
     with stage("read buckets back (rows to Python)"):
         conversations = list(spill.conversations())
     spill_dir.cleanup()

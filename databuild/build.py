@@ -25,9 +25,9 @@ from .rowfile.hashes import RowsHasher, SegmentsHasher, file_sha256
 from .inputs.hub import ResolvedInputs, resolve_inputs
 from .publish.manifest import build_manifest, manifest_path, write_manifest
 from .pack.concat import PackStats, pack_rows
-from .sources.permute import permutation
+from .sources.mixture import stream_positions
 from .encode.render import Renderer, load_tokenizer
-from .sources.reader import BadConversation, Conversation, Problem, SourceFile, locate_row
+from .sources.reader import BadConversation, Conversation, Problem, SourceFile, bad_conversation
 from .sources.spill import Spill, expected_prefix
 from .rowfile.write import WRITER_OPTIONS, partial_path, publish, rows_per_group, write_rows
 
@@ -73,7 +73,7 @@ def _buildable(tokenized: Iterable[TokenizedConversation], config: BuildConfig, 
             yield conversation
             continue
         kind, reason = conversation.problem
-        bad = BadConversation(conversation.index, *locate_row(files, conversation.index), conversation.id, reason, kind)
+        bad = bad_conversation(files, conversation.index, conversation.id, reason, kind)
         if config.on_bad_conversation == "error":
             raise BuildError(f"conversation cannot be built ({kind}): {bad.message()}; "
                              "set on_bad_conversation: skip in the config to skip and count such conversations")
@@ -122,12 +122,12 @@ def prepare(config: BuildConfig, offline: bool = False, window: int = DEFAULT_WI
     inputs = resolve_inputs(config, offline=offline)
     tokenizer = load_tokenizer(inputs.tokenizer_dir)
     separator, sep_id = separator_id(tokenizer, config)
-    order = permutation(sum(f.rows for f in inputs.source_files), config.seed)
+    positions = stream_positions(*inputs.selections, sum(f.rows for f in inputs.source_files), config.seed)
     spill_dir = tempfile.TemporaryDirectory(prefix="databuild-")
     try:
-        spill = Spill(inputs.source_files, order, window, Path(spill_dir.name))
+        spill = Spill(inputs.source_files, positions, window, Path(spill_dir.name))
         if spill_prefix is None:
-            spill_prefix = expected_prefix(inputs.source_files, config.rows * config.row_tokens)
+            spill_prefix = expected_prefix(inputs.source_files, positions, config.rows * config.row_tokens)
         malformed = _check_malformed(config, spill.check_and_spill(spill_prefix))
         renderer = Renderer.for_tokenizer(tokenizer, config.template_kwargs_dict)
         renderer.compile()

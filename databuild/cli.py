@@ -46,8 +46,9 @@ def list_configs():
 
     for name, path in available_configs().items():
         config = load_config(path)
-        click.echo(f"{name}\t{config.rows} rows x {config.row_tokens} tokens\t{config.source.repo}"
-                   f"@{config.source.revision[:12]}\t{path}")
+        sources = " + ".join(f"{s.repo}@{s.revision[:12]}" + (f" (take {s.take})" if s.take is not None else "")
+                             + (f" [{s.format}]" if s.format != "messages" else "") for s in config.sources)
+        click.echo(f"{name}\t{config.rows} rows x {config.row_tokens} tokens\t{sources}\t{path}")
 
 
 def _overrides(config, dataset_dir, tokenizer_dir):
@@ -60,7 +61,8 @@ def _overrides(config, dataset_dir, tokenizer_dir):
               show_default=True, help="Directory for NAME.parquet and NAME.manifest.json.")
 @click.option("--offline", is_flag=True, help="Use the hub cache only (as HF_HUB_OFFLINE=1); never the network.")
 @click.option("--dataset-dir", type=click.Path(file_okay=False, path_type=Path),
-              help="A local copy of the source repo (data/*.parquet) in place of the hub.")
+              help="A local copy of the source repo (data/*.parquet) in place of the hub; a config of one "
+                   "source only (a mixture sets each source's 'dir' in the config).")
 @click.option("--tokenizer-dir", type=click.Path(file_okay=False, path_type=Path),
               help="A local copy of the tokenizer files in place of the hub; checked against the pins.")
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
@@ -120,7 +122,7 @@ def make(name, out_dir, offline, dataset_dir, tokenizer_dir, workers, batch_size
 @click.argument("name")
 @one_line_errors
 def fetch(name):
-    """Download exactly the pinned source and tokenizer files into the hub cache.
+    """Download exactly the pinned files of every source and the tokenizer into the hub cache.
 
     Run it where the hub is reachable; `make NAME --offline` then builds from the cache alone.
 
@@ -132,7 +134,8 @@ def fetch(name):
     from .inputs.hub import fetch as run_fetch
 
     resolved = run_fetch(resolve_config(name))
-    click.echo(f"source    {resolved.source_root} ({len(resolved.source_files)} files)")
+    for source in resolved.sources:
+        click.echo(f"source    {source.root} ({len(source.files)} files)")
     click.echo(f"tokenizer {resolved.tokenizer_dir}")
 
 

@@ -29,6 +29,15 @@ class SourceSpec:
     revision: str
     split: str = "train"
     dir: Path | None = None  # a local copy laid out like the hub repo, used in place of the hub
+    take: int | float | None = None  # a count of rows, or a fraction (0, 1] of the source; None: every row
+    format: str = "messages"  # a name in sources.formats.FORMATS, or "columns" (a column mapping)
+    columns: tuple[tuple[str, str], ...] = ()  # format "columns": (key, column or field name), sorted
+    key: str = field(default="source", compare=False)  # where the config holds it: source, or sources[i]
+
+    @property
+    def format_config(self) -> str | dict[str, str]:
+        """The format as the config spells it: a name, or the column mapping."""
+        return dict(self.columns) if self.format == "columns" else self.format
 
 
 @dataclass(frozen=True)
@@ -42,7 +51,7 @@ class TokenizerSpec:
 @dataclass(frozen=True)
 class BuildConfig:
     name: str
-    source: SourceSpec
+    sources: tuple[SourceSpec, ...]  # `source:` is a list of one
     tokenizer: TokenizerSpec
     loss_mask: str
     seed: int
@@ -63,26 +72,30 @@ class BuildConfig:
 
     def with_overrides(self, **changes: Any) -> BuildConfig:
         """A copy with source/tokenizer directories replaced (the CLI's air-gapped overrides)."""
-        source, tokenizer = self.source, self.tokenizer
+        sources, tokenizer = self.sources, self.tokenizer
         if changes.get("dataset_dir") is not None:
-            source = replace(source, dir=Path(changes["dataset_dir"]).resolve())
+            if len(sources) > 1:
+                raise BuildError(f"{self.path}: --dataset-dir replaces the one source of a config, and this one "
+                                 f"lists {len(sources)}: set each one's 'dir' in the config instead")
+            sources = (replace(sources[0], dir=Path(changes["dataset_dir"]).resolve()),)
         if changes.get("tokenizer_dir") is not None:
             tokenizer = replace(tokenizer, dir=Path(changes["tokenizer_dir"]).resolve())
-        return replace(self, source=source, tokenizer=tokenizer)
+        return replace(self, sources=sources, tokenizer=tokenizer)
 
 
 def _fail(where: str, key: str, value: Any, why: str) -> BuildError:
     return BuildError(f"{where}: key '{key}' = {value!r}: {why}")
 
 
-def _take(raw: dict, key: str, kind: type, where: str, default: Any = ...) -> Any:
+def _take(raw: dict, key: str, kind: type | tuple, where: str, default: Any = ...) -> Any:
     if key not in raw:
         if default is ...:
             raise BuildError(f"{where}: missing key '{key}'")
         return default
     value = raw[key]
     if kind is int and isinstance(value, bool) or not isinstance(value, kind):
-        raise _fail(where, key, value, f"expected {kind.__name__}")
+        names = "/".join(k.__name__ for k in kind) if isinstance(kind, tuple) else kind.__name__
+        raise _fail(where, key, value, f"expected {names}")
     return value
 
 
@@ -98,13 +111,46 @@ def _local_dir(raw: dict, where: str, base: Path) -> Path | None:
     return None if value is None else (base / os.path.expanduser(value)).resolve()
 
 
-def _source(raw: Any, where: str, base: Path) -> SourceSpec:
+def _source(raw: Any, key: str, where: str, base: Path) -> SourceSpec:
     if not isinstance(raw, dict):
-        raise _fail(where, "source", raw, "expected a mapping")
-    where = f"{where}: source"
-    _reject_unknown(raw, {"repo", "revision", "split", "dir"}, where)
+        raise _fail(where, key, raw, "expected a mapping")
+    where = f"{where}: {key}"
+    _reject_unknown(raw, {"repo", "revision", "split", "dir", "take", "format"}, where)
+    take = _take(raw, "take", (int, float), where, None)
+    if isinstance(take, bool) or isinstance(take, int) and take <= 0:
+        raise _fail(where, "take", take, "a count of rows (a positive int) or a fraction (a float in (0, 1])")
+    if isinstance(take, float) and not 0 < take <= 1:
+        raise _fail(where, "take", take, "a fraction is a float in (0, 1]; a count is an int")
+    name, columns = _format(raw.get("format", "messages"), where)
     return SourceSpec(_take(raw, "repo", str, where), _commit(raw, "revision", where),
-                      _take(raw, "split", str, where, "train"), _local_dir(raw, where, base))
+                      _take(raw, "split", str, where, "train"), _local_dir(raw, where, base), take, name, columns, key)
+
+
+def _format(raw: Any, where: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+    from .sources.formats import COLUMN_KEYS, FORMATS
+
+    if isinstance(raw, str) and raw in FORMATS:
+        return raw, ()
+    if not isinstance(raw, dict):
+        raise _fail(where, "format", raw, f"known formats: {', '.join(sorted(FORMATS))}, or a column mapping "
+                                          f"with keys {', '.join(COLUMN_KEYS)}")
+    _reject_unknown(raw, set(COLUMN_KEYS), f"{where}: format")
+    for key, value in raw.items():
+        if not isinstance(value, str) or not value:
+            raise _fail(where, f"format.{key}", value, "expected a column or field name")
+    return "columns", tuple(sorted({**COLUMN_KEYS, **raw}.items()))
+
+
+def _sources(raw: dict, where: str, base: Path) -> tuple[SourceSpec, ...]:
+    if ("source" in raw) == ("sources" in raw):
+        raise BuildError(f"{where}: give either 'source' (one) or 'sources' (a list), not "
+                         f"{'both' if 'source' in raw else 'neither'}")
+    if "source" in raw:
+        return (_source(raw["source"], "source", where, base),)
+    listed = raw["sources"]
+    if not isinstance(listed, list) or not listed:
+        raise _fail(where, "sources", listed, "expected a non-empty list of sources")
+    return tuple(_source(entry, f"sources[{i}]", where, base) for i, entry in enumerate(listed))
 
 
 def _tokenizer(raw: Any, where: str, base: Path) -> TokenizerSpec:
@@ -137,7 +183,7 @@ def _reject_unknown(raw: dict, known: set[str], where: str) -> None:
         raise BuildError(f"{where}: unknown key '{unknown[0]}' (known: {', '.join(sorted(known))})")
 
 
-TOP_KEYS = {"name", "description", "source", "tokenizer", "template_kwargs", "loss_mask", "seed",
+TOP_KEYS = {"name", "description", "source", "sources", "tokenizer", "template_kwargs", "loss_mask", "seed",
             "row_tokens", "rows", "separator", "on_bad_conversation"}
 
 
@@ -172,7 +218,7 @@ def load_config(path: str | os.PathLike) -> BuildConfig:
         raise _fail(where, "on_bad_conversation", policy, "expected 'error' or 'skip'")
     config = BuildConfig(
         name=_take(raw, "name", str, where),
-        source=_source(raw.get("source"), where, base),
+        sources=_sources(raw, where, base),
         tokenizer=_tokenizer(raw.get("tokenizer"), where, base),
         template_kwargs=tuple(sorted((str(k), v) for k, v in kwargs.items())),
         loss_mask=loss_mask,

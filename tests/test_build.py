@@ -220,7 +220,8 @@ def test_a_conversation_the_template_refuses_is_one_line_naming_file_row_and_id(
     result = run_cli("make", str(config), "--out", str(out))
     assert result.returncode == 1
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
-    assert re.search(r"^error: conversation cannot be built \(template_error\): data/train-00000-of-00001.parquet: "
+    assert re.search(r"^error: conversation cannot be built \(template_error\): databuild-fixtures/tulu-tiny: "
+                     r"data/train-00000-of-00001.parquet: "
                      r"row (\d+) \(id 'ok-1\d'\): the chat template raised TemplateError: no answer 1x, please; "
                      r"set on_bad_conversation: skip", result.stderr)
     row = int(re.search(r"row (\d+)", result.stderr).group(1))
@@ -273,7 +274,7 @@ def test_an_unreadable_source_file_is_one_line_naming_it(tmp_path):
     result = run_cli("make", str(config), "--out", str(tmp_path / "out"))
     assert result.returncode == 1
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
-    assert result.stderr.startswith(f"error: data/{damaged.name}: unreadable after row 0: ")
+    assert result.stderr.startswith(f"error: databuild-fixtures/tulu-tiny: data/{damaged.name}: unreadable after row 0: ")
 
 
 def test_a_template_that_does_not_compile_is_named_before_the_build(tmp_path):

@@ -36,13 +36,13 @@ def test_bad_values_are_named(tmp_path, changes, message):
 
 def test_shipped_configs_load():
     real = resolve_config("muse-spark-tulu3-fixed8192-v1")
-    assert (real.source.repo, real.source.revision) == ("allenai/tulu-3-sft-mixture",
+    assert (real.sources[0].repo, real.sources[0].revision) == ("allenai/tulu-3-sft-mixture",
                                                         "b14afda60f1bbebe55d5d2fa1e4df5042f97f8be")
     assert (real.seed, real.row_tokens, real.rows, real.loss_mask) == (42, 8192, 6400, "muse_spark")
     assert real.template_kwargs_dict == {"current_date": "2026-10-01", "reasoning_effort": "xhigh"}
     assert real.tokenizer_sha256["chat_template.jinja"].startswith("2341a2d3")
     tiny = resolve_config("muse-spark-tiny-fixed512-v1")
-    assert "tiny" in tiny.name and tiny.source.dir.is_dir() and tiny.tokenizer.dir.is_dir()
+    assert "tiny" in tiny.name and tiny.sources[0].dir.is_dir() and tiny.tokenizer.dir.is_dir()
 
 
 def test_unknown_name_lists_known():

@@ -5,6 +5,7 @@ no mock of the loader."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -207,3 +208,38 @@ def test_air_gapped_dirs_are_checked_against_the_pins(tmp_path):
     result = run(tmp_path / "no-cache", "make", str(config), "--dataset-dir", str(SOURCE_DIR),
                  "--tokenizer-dir", str(copy), "--out", str(tmp_path / "out"))
     assert_one_line_error(result, "chat_template.jinja sha256 is")
+
+
+MIXTURE = (("databuild-fixtures/tulu-tiny-first", "4" * 40), ("databuild-fixtures/tulu-tiny-second", "5" * 40))
+
+
+def test_a_mixture_of_two_pinned_hub_sources_builds_the_whole(tmp_path, tiny_build):
+    """The fixture's two shards as two hub repos at their own commits, the second in ShareGPT form:
+    built from the cache alone, the same bytes as the one source, each source pinned in the manifest."""
+    from test_mixture import copy_in_format, sharegpt
+
+    cache = tmp_path / "hub"
+    first, second = sorted((SOURCE_DIR / "data").glob("*.parquet"))
+    chats = next((copy_in_format(tmp_path / "chats", sharegpt) / "data").glob("train-00001-*"))
+    for (repo, commit), shard in zip(MIXTURE, (first, chats)):
+        lay_out_repo(cache, "dataset", repo, commit, {"data/train-00000-of-00001.parquet": shard})
+    lay_out_repo(cache, "model", TOKENIZER_REPO, TOKENIZER_COMMIT, {p.name: p for p in TOKENIZER_DIR.iterdir()})
+    sources = [{"repo": repo, "revision": commit} for repo, commit in MIXTURE]
+    sources[1]["format"] = "sharegpt"
+    config = write_config(tmp_path / f"{TINY}.yaml", source=None, sources=sources, tokenizer={"dir": None})
+    result = run(cache, "make", str(config), "--out", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "out" / f"{TINY}.parquet").read_bytes() == tiny_build.parquet.read_bytes()
+    manifest = json.loads((tmp_path / "out" / f"{TINY}.manifest.json").read_text())
+    pinned = manifest["inputs"]["sources"]
+    assert [(s["repo"], s["revision"], s["origin"], s["format"]) for s in pinned] == [
+        (MIXTURE[0][0], MIXTURE[0][1], "hub", "messages"), (MIXTURE[1][0], MIXTURE[1][1], "hub", "sharegpt")]
+    assert [s["files"][0]["sha256"] for s in pinned] == [blob_name(first, True), blob_name(chats, True)]
+    assert sum(s["conversations_read"] for s in manifest["counts"]["sources"]) == \
+        manifest["counts"]["conversations_read"]
+
+    # the second source missing from the cache: named, with the command that fetches both
+    shutil.rmtree(cache / f"datasets--{MIXTURE[1][0].replace('/', '--')}")
+    result = run(cache, "make", str(config), "--out", str(tmp_path / "out2"))
+    assert_one_line_error(result, f"dataset {MIXTURE[1][0]}@{MIXTURE[1][1]}: not in the hub cache and offline",
+                          f"databuild fetch {TINY}")

@@ -207,3 +207,27 @@ def test_bytes_corrupted_in_transfer_are_caught_in_the_cache(tmp_path):
         result = run(server, tmp_path / "hf", "make", str(hub_config(tmp_path)), "--out", str(tmp_path / "out"))
     assert_one_line_error(result, f"{SHARDS[0]}: cached file is corrupt", f"cache entry {sha256}")
     assert not (tmp_path / "out").exists()
+
+
+def test_fetch_downloads_every_source_of_a_mixture(tmp_path):
+    """Two sources at their own commits (the fixture's two shards): fetch takes both, and the offline
+    build from that cache is the golden build."""
+    from test_hub import MIXTURE
+
+    repos = fixture_repos()
+    source = repos.pop(("dataset", SOURCE_REPO, SOURCE_COMMIT))
+    for (repo, commit), shard in zip(MIXTURE, SHARDS):
+        repos[("dataset", repo, commit)] = {"data/train-00000-of-00001.parquet": source[shard], "README.md": b"#\n"}
+    config = write_config(tmp_path / f"{TINY}.yaml", source=None, tokenizer={"dir": None},
+                          sources=[{"repo": repo, "revision": commit} for repo, commit in MIXTURE])
+    with HubServer(repos) as server:
+        result = run(server, tmp_path / "hf", "fetch", str(config))
+        assert result.returncode == 0, result.stderr
+        assert all(f"snapshots/{commit}" in result.stdout for _, commit in MIXTURE)
+        assert commits(server.requests) == {MIXTURE[0][1], MIXTURE[1][1], TOKENIZER_COMMIT}
+        assert not any(r.path.endswith("README.md") for r in server.requests)
+        fetched = len(server.requests)
+        result = run(server, tmp_path / "hf", "make", str(config), "--offline", "--out", str(tmp_path / "out"))
+        assert result.returncode == 0, result.stderr
+        assert server.requests[fetched:] == []
+    assert_golden(tmp_path / "out")

@@ -4,19 +4,21 @@ from __future__ import annotations
 
 from itertools import islice
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
 from conftest import SOURCE_DIR
 from databuild.build import prepare
-from databuild.sources.permute import permutation
+from databuild.sources.formats import FORMATS
+from databuild.sources.permute import inverse_permutation, permutation
 from databuild.sources.reader import source_files
 from databuild.sources.spill import BYTES_PER_TOKEN_BOUND, Spill, expected_prefix
 
 
 @pytest.fixture(scope="module")
 def files():
-    return source_files(SOURCE_DIR, "train")
+    return source_files(SOURCE_DIR, "train", FORMATS["messages"], "fixture")
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +40,7 @@ def source_rows(files):
 ])
 def test_stream_is_the_permutation_whatever_the_passes(files, source_rows, tmp_path, window, prefix, passes):
     order = permutation(len(source_rows), 42)
-    spill = Spill(files, order, window, tmp_path)
+    spill = Spill(files, inverse_permutation(order), window, tmp_path)
     assert spill.check_and_spill(prefix) == []
     stream = list(spill.conversations())
     assert [c.index for c in stream] == order.tolist()
@@ -50,7 +52,7 @@ def test_stream_is_the_permutation_whatever_the_passes(files, source_rows, tmp_p
 
 
 def test_first_pass_spills_only_the_prefix(files, tmp_path):
-    spill = Spill(files, permutation(300, 42), 10, tmp_path)
+    spill = Spill(files, inverse_permutation(permutation(300, 42)), 10, tmp_path)
     spill.check_and_spill(25)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bucket-000000.arrow", "bucket-000001.arrow",
                                                           "bucket-000002.arrow"]
@@ -60,9 +62,14 @@ def test_first_pass_spills_only_the_prefix(files, tmp_path):
 def test_expected_prefix(files):
     message_bytes = sum(f.message_bytes for f in files)
     assert 250_000 < message_bytes < 1_000_000  # the fixture's ~300 conversations of a few hundred words
+    every = np.arange(300)
     # positions for 1,000 tokens: 300 * 8,000 / message_bytes, rounded up
-    assert expected_prefix(files, 1000) == -(-300 * 1000 * BYTES_PER_TOKEN_BOUND // message_bytes)
-    assert expected_prefix(files, 10**9) == 300
+    assert expected_prefix(files, every, 1000) == -(-300 * 1000 * BYTES_PER_TOKEN_BOUND // message_bytes)
+    assert expected_prefix(files, every, 10**9) == 300
+    # every other row taken (the files have 170 and 130 rows): 150 positions, each file's bytes halved
+    half = np.where(every % 2 == 0, every // 2, -1)
+    taken_bytes = sum(f.message_bytes // 2 for f in files)
+    assert expected_prefix(files, half, 1000) == -(-150 * 1000 * BYTES_PER_TOKEN_BOUND // taken_bytes)
 
 
 

@@ -1,4 +1,4 @@
-"""Pinned inputs: the source dataset and the tokenizer, from a local copy or the Hugging Face hub.
+"""Pinned inputs: the source datasets and the tokenizer, from local copies or the Hugging Face hub.
 
 Hub inputs go through huggingface_hub and its standard cache (HF_HOME / HF_HUB_CACHE, HF_TOKEN,
 HF_HUB_OFFLINE), always at a 40-hex commit. Every file is checked before a row is built: the
@@ -11,12 +11,16 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..config import BuildConfig
+import numpy as np
+
+from ..config import BuildConfig, SourceSpec
 from ..errors import BuildError, first_line
 from ..rowfile.hashes import file_sha256
+from ..sources.formats import adapter_for
+from ..sources.mixture import take_count, take_rows
 from ..sources.reader import SourceFile, source_files
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja",
@@ -24,13 +28,38 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jin
 
 
 @dataclass(frozen=True)
+class ResolvedSource:
+    spec: SourceSpec
+    root: Path
+    files: tuple[SourceFile, ...]
+    hashes: tuple[tuple[str, int, str], ...]  # (path, bytes, sha256) per file
+    origin: str  # "hub" or "local"
+    selected: np.ndarray = field(compare=False)  # the rows its take selects (sources.mixture.take_rows)
+
+    @property
+    def rows(self) -> int:
+        return sum(f.rows for f in self.files)
+
+    @property
+    def first_index(self) -> int:
+        return self.files[0].first_index
+
+
+@dataclass(frozen=True)
 class ResolvedInputs:
-    source_root: Path
-    source_files: tuple[SourceFile, ...]
-    source_hashes: tuple[tuple[str, int, str], ...]  # (path, bytes, sha256) per source file
+    sources: tuple[ResolvedSource, ...]  # in config order
     tokenizer_dir: Path
     tokenizer_hashes: tuple[tuple[str, str], ...]  # (file, sha256) for every tokenizer file present
-    origin: str  # "hub" or "local"
+
+    @property
+    def source_files(self) -> tuple[SourceFile, ...]:
+        """Every file of every source, in config order: their rows are numbered across all of them."""
+        return tuple(f for source in self.sources for f in source.files)
+
+    @property
+    def selections(self) -> tuple[list[int], list[np.ndarray]]:
+        """(first row, selected rows) of each source, as sources.mixture takes them."""
+        return [s.first_index for s in self.sources], [s.selected for s in self.sources]
 
 
 def offline_mode(flag: bool) -> bool:
@@ -132,8 +161,7 @@ def _check_shards(files: list[SourceFile], split: str, where: str) -> None:
                          f"({len(missing)} of {total} missing)")
 
 
-def _resolve_source(config: BuildConfig, offline: bool) -> tuple[Path, str]:
-    spec = config.source
+def _source_root(config: BuildConfig, spec: SourceSpec, offline: bool) -> tuple[Path, str]:
     if spec.dir is not None:
         if not spec.dir.is_dir():
             raise BuildError(f"source dir {spec.dir} does not exist")
@@ -172,20 +200,31 @@ def resolve_inputs(config: BuildConfig, offline: bool = False) -> ResolvedInputs
         for name, digest in tokenizer_hashes:
             check_cached_blob(tokenizer_dir / name, tokenizer_dir, f"{where}: {name}", digest)
 
-    root, origin = _resolve_source(config, offline)
-    where = f"dataset {config.source.repo}@{config.source.revision}"
+    sources, first = [], 0
+    for spec in config.sources:
+        sources.append(_resolve_source(config, spec, first, offline))
+        first += sources[-1].rows
+    return ResolvedInputs(tuple(sources), tokenizer_dir, tuple(tokenizer_hashes))
+
+
+def _resolve_source(config: BuildConfig, spec: SourceSpec, first: int, offline: bool) -> ResolvedSource:
+    """One source: located, its files listed and hashed from row number `first` on, its take selected."""
+    root, origin = _source_root(config, spec, offline)
+    where = f"dataset {spec.repo}@{spec.revision}"
     try:
-        files = source_files(root, config.source.split)
+        files = source_files(root, spec.split, adapter_for(spec), spec.repo, first)
     except BuildError as exc:
-        raise BuildError(f"{where}: {exc}; {_fetch_hint(config)}" if origin == "hub" else str(exc)) from None
-    _check_shards(files, config.source.split, where)
+        raise BuildError(f"{where}: {exc}; {_fetch_hint(config)}" if origin == "hub" else f"{where}: {exc}") from None
+    _check_shards(files, spec.split, where)
     hashes = []
     for file in files:
         digest, size = file_sha256(file.path)
         if origin == "hub":
             check_cached_blob(file.path, root, f"{where}: {file.name}", digest)
         hashes.append((file.name, size, digest))
-    return ResolvedInputs(root, tuple(files), tuple(hashes), tokenizer_dir, tuple(tokenizer_hashes), origin)
+    rows = sum(f.rows for f in files)
+    selected = take_rows(rows, take_count(spec.take, rows, f"{config.path}: {spec.key}"), config.seed)
+    return ResolvedSource(spec, root, tuple(files), tuple(hashes), origin, selected)
 
 
 def fetch(config: BuildConfig) -> ResolvedInputs:
@@ -193,8 +232,9 @@ def fetch(config: BuildConfig) -> ResolvedInputs:
     if offline_mode(False):
         raise BuildError("fetch downloads from the hub, and HF_HUB_OFFLINE is set: unset it, or build from "
                          f"what is cached with 'databuild make {config.name} --offline'")
-    if config.source.dir is None:
-        _fetch_all(config.source.repo, config.source.revision, "dataset", [f"data/{config.source.split}-*.parquet"])
+    for spec in config.sources:
+        if spec.dir is None:
+            _fetch_all(spec.repo, spec.revision, "dataset", [f"data/{spec.split}-*.parquet"])
     if config.tokenizer.dir is None:
         _fetch_all(config.tokenizer.repo, config.tokenizer.revision, "model", list(TOKENIZER_FILES))
     return resolve_inputs(config, offline=True)

@@ -67,18 +67,14 @@ def build_manifest(config: BuildConfig, inputs: ResolvedInputs, separator: str, 
             "loss_mask": config.loss_mask,
             "seed": config.seed,
             "permutation": "numpy.random.default_rng(seed).permutation(source_conversations)",
+            "take": TAKE_RULE,
             "template_kwargs": config.template_kwargs_dict,
             "separator": {"token": separator, "id": sep_id},
             "on_bad_conversation": config.on_bad_conversation,
             "parquet_writer": parquet_writer,
         },
         "inputs": {
-            "source": {
-                "repo": config.source.repo, "revision": config.source.revision, "split": config.source.split,
-                "origin": inputs.origin,
-                "files": [{"path": p, "bytes": b, "sha256": s, "rows": f.rows}
-                          for (p, b, s), f in zip(inputs.source_hashes, inputs.source_files)],
-            },
+            "sources": [source_pins(source) for source in inputs.sources],
             "tokenizer": {
                 "repo": config.tokenizer.repo, "revision": config.tokenizer.revision,
                 "origin": "local" if config.tokenizer.dir else "hub",
@@ -86,7 +82,7 @@ def build_manifest(config: BuildConfig, inputs: ResolvedInputs, separator: str, 
             },
         },
         "counts": {
-            "source_conversations": sum(f.rows for f in inputs.source_files),
+            "source_conversations": sum(len(source.selected) for source in inputs.sources),
             "malformed_in_source": len(malformed),
             "conversations_read": stats.conversations_read,
             "conversations_skipped": {kind: sum(1 for b in skipped if b.kind == kind)
@@ -96,12 +92,49 @@ def build_manifest(config: BuildConfig, inputs: ResolvedInputs, separator: str, 
             "by_source": {source: {"conversations": stats.conversations_by_source[source],
                                    "tokens": stats.tokens_by_source[source]}
                           for source in sorted(stats.tokens_by_source)},
+            "sources": source_counts(config, inputs, stats, skipped, malformed),
         },
         "skipped_conversations": [m.__dict__ for m in skipped],
         "versions": library_versions(),
         "row_digests": row_digests,
         "continued_rows": stats.continued_rows,
     }
+
+
+TAKE_RULE = "sorted(numpy.random.default_rng([seed, 1]).permutation(rows)[:selected]) per source"
+
+
+def source_pins(source) -> dict[str, Any]:
+    """One source's pins, files and selected rows (inputs.sources[i])."""
+    from ..sources.mixture import selection_sha256
+
+    spec = source.spec
+    return {"repo": spec.repo, "revision": spec.revision, "split": spec.split, "format": spec.format_config,
+            "take": spec.take, "origin": source.origin,
+            "files": [{"path": p, "bytes": b, "sha256": s, "rows": f.rows}
+                      for (p, b, s), f in zip(source.hashes, source.files)],
+            "rows": source.rows, "selected": len(source.selected),
+            "selected_sha256": selection_sha256(source.selected)}
+
+
+def source_counts(config: BuildConfig, inputs: ResolvedInputs, stats: PackStats, skipped: list[BadConversation],
+                  malformed: list[BadConversation]) -> list[dict[str, Any]]:
+    """counts.sources[i]: each source's share of every conversation count; they add up to the totals.
+    The packer read the first conversations_read + len(skipped) stream positions."""
+    from ..sources.mixture import read_by_source, source_of
+
+    firsts, selections = inputs.selections
+    streamed = read_by_source(firsts, selections, config.seed, stats.conversations_read + len(skipped))
+    skipped_of, malformed_of = (source_of(firsts, [b.index for b in bad]).tolist() for bad in (skipped, malformed))
+    counts = []
+    for number, source in enumerate(inputs.sources):
+        kinds = {kind: sum(1 for b, s in zip(skipped, skipped_of) if s == number and b.kind == kind)
+                 for kind in ("malformed", "template_error", "mask_error")}
+        counts.append({"repo": source.spec.repo, "selected": len(source.selected),
+                       "malformed": malformed_of.count(number),
+                       "conversations_read": streamed[number] - sum(kinds.values()),
+                       "conversations_skipped": kinds})
+    return counts
 
 
 def write_manifest(manifest: dict[str, Any], path: Path) -> None:
@@ -148,17 +181,21 @@ SHAPE: dict[str, type | tuple] = {
     "output.rows_sha256": str, "output.segments_sha256": str, "output.parquet_sha256": str, "output.file": str,
     "build.template_kwargs": dict, "build.seed": int, "build.loss_mask": str,
     "inputs.tokenizer": dict, "inputs.tokenizer.repo": str, "inputs.tokenizer.revision": str,
-    "inputs.tokenizer.sha256": dict, "inputs.source": dict, "inputs.source.files": list,
+    "inputs.tokenizer.sha256": dict, "inputs.sources": list, "counts.sources": list,
     "counts.rows_skipped": dict, "counts.conversations_skipped": dict, "counts.by_source": dict,
     "counts.conversations_read": int, "counts.source_conversations": int, "counts.separators_inserted": int,
 }
 # Each entry of a mapping's values or of a list: a type, or a mapping's typed fields.
 ITEMS: dict[str, type | dict[str, type | tuple]] = {
     "counts.by_source": {"conversations": int, "tokens": int},
-    "inputs.source.files": {"path": str, "bytes": int, "sha256": str, "rows": int},
+    "inputs.sources": {"repo": str, "revision": str, "split": str, "origin": str, "files": list, "rows": int,
+                       "selected": int, "selected_sha256": str},
+    "counts.sources": {"repo": str, "selected": int, "malformed": int, "conversations_read": int,
+                       "conversations_skipped": dict},
     "counts.rows_skipped": int, "counts.conversations_skipped": int,
     "row_digests": str, "continued_rows": int, "versions": str,
-    "skipped_conversations": {"index": int, "file": str, "row": int, "id": str, "reason": str, "kind": str},
+    "skipped_conversations": {"index": int, "file": str, "row": int, "id": str, "reason": str, "kind": str,
+                              "source": str},
 }
 
 

@@ -1,4 +1,5 @@
-"""Source stage: Tulu-schema parquet files, their schema and every row checked.
+"""Source stage: a source's parquet files, read through its format's adapter (sources/formats) into
+the one conversation record (SOURCE_SCHEMA), their schema and every row checked.
 
 The checks are column-wise (Arrow compute), so the whole source is checked in seconds; `spill`
 runs them in its first pass, before anything is rendered.
@@ -9,7 +10,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, NamedTuple
+from typing import TYPE_CHECKING, Iterator, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -17,6 +18,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..errors import BuildError
+
+if TYPE_CHECKING:
+    from .formats import Adapter
 
 ROLES = ("system", "developer", "user", "assistant")
 COLUMNS = ["id", "messages", "source"]
@@ -47,8 +51,10 @@ class SourceFile:
     path: Path
     name: str  # path relative to the source root, as recorded in the manifest
     rows: int
-    first_index: int
-    message_bytes: int  # the messages column's uncompressed size, from the parquet metadata
+    first_index: int  # of its first row among the rows of every file of every source, in config order
+    message_bytes: int  # the message columns' uncompressed size, from the parquet metadata
+    source: str  # the config's repo of its source: names it in errors, stands in for a missing source column
+    adapter: Adapter  # its source's format
 
 
 @dataclass(frozen=True)
@@ -61,78 +67,61 @@ class BadConversation:
     id: str
     reason: str
     kind: str = "malformed"
+    source: str = ""  # the config's repo of its source
 
     def message(self) -> str:
-        return f"{self.file}: row {self.row} (id {self.id!r}): {self.reason}"
+        return f"{self.source}: {self.file}: row {self.row} (id {self.id!r}): {self.reason}"
 
 
-def locate_row(files: list[SourceFile], index: int) -> tuple[str, int]:
-    """(file name, row within the file) of source row `index`."""
+def bad_conversation(files: list[SourceFile], index: int, id: str, reason: str, kind: str) -> BadConversation:
+    """Source row `index`, named by its source, file and row within the file."""
     file = files[bisect.bisect_right([f.first_index for f in files], index) - 1]
-    return file.name, index - file.first_index
+    return BadConversation(index, file.name, index - file.first_index, id, reason, kind, file.source)
 
 
-def source_files(root: Path, split: str) -> list[SourceFile]:
-    """The split's parquet files under root/data, in sorted name order, with their row counts."""
+def source_files(root: Path, split: str, adapter: Adapter, source: str, first: int = 0) -> list[SourceFile]:
+    """The split's parquet files under root/data, in sorted name order, with their row counts, their
+    schema checked against the adapter's format; their rows numbered from `first`."""
     paths = sorted((root / "data").glob(f"{split}-*.parquet"))
     if not paths:
         raise BuildError(f"{root}: no files data/{split}-*.parquet")
-    files, first = [], 0
+    files = []
     for path in paths:
         name = path.relative_to(root).as_posix()
         try:
             meta = pq.ParquetFile(path)
         except (OSError, pa.ArrowException) as exc:
             raise BuildError(f"{name}: not a readable parquet file ({exc})") from None
-        _check_schema(meta.schema_arrow, name)
-        files.append(SourceFile(path, name, meta.metadata.num_rows, first, _message_bytes(meta.metadata)))
+        problem = adapter.schema_problem(meta.schema_arrow)
+        if problem is not None:
+            raise BuildError(f"{name}: schema: {problem}")
+        files.append(SourceFile(path, name, meta.metadata.num_rows, first,
+                                _message_bytes(meta.metadata, adapter.message_columns), source, adapter))
         first += meta.metadata.num_rows
     return files
 
 
-def _message_bytes(metadata: pq.FileMetaData) -> int:
+def _message_bytes(metadata: pq.FileMetaData, columns: tuple[str, ...]) -> int:
     return sum(group.column(j).total_uncompressed_size
                for group in (metadata.row_group(g) for g in range(metadata.num_row_groups))
-               for j in range(group.num_columns) if group.column(j).path_in_schema.startswith("messages."))
+               for j in range(group.num_columns)
+               if group.column(j).path_in_schema.split(".")[0] in columns)
 
 
-def _check_schema(schema: pa.Schema, name: str) -> None:
-    def fail(what: str) -> BuildError:
-        return BuildError(f"{name}: schema: {what} (expected id: string, "
-                          "messages: list<struct<content: string, role: string>>, source: string)")
-
-    for column in COLUMNS:
-        if column not in schema.names:
-            raise fail(f"missing column '{column}'")
-    for column in ("id", "source"):
-        if not pa.types.is_string(schema.field(column).type) and not pa.types.is_large_string(
-                schema.field(column).type):
-            raise fail(f"column '{column}' is {schema.field(column).type}")
-    messages = schema.field("messages").type
-    if not (pa.types.is_list(messages) or pa.types.is_large_list(messages)) or not pa.types.is_struct(
-            messages.value_type):
-        raise fail(f"column 'messages' is {messages}")
-    struct = messages.value_type
-    for key in ("role", "content"):
-        index = struct.get_field_index(key)
-        if index < 0:
-            raise fail(f"messages lack field '{key}'")
-        kind = struct.field(index).type
-        if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
-            raise fail(f"messages field '{key}' is {kind}, not string")
-
-
-def iter_batches(file: SourceFile) -> Iterator[tuple[int, pa.RecordBatch]]:
-    """(index of the batch's first row in the whole source, batch), streaming, every batch in
-    SOURCE_SCHEMA whatever the file's flavour of strings, lists and struct field order, so that rows
-    of different files can share a bucket file."""
+def iter_batches(file: SourceFile) -> Iterator[tuple[int, pa.RecordBatch, dict[int, str]]]:
+    """(index of the batch's first row, batch, rows the format refuses), streaming, every batch in
+    SOURCE_SCHEMA whatever the file's format and flavour of strings, lists and struct field order, so
+    that rows of different files and sources can share a bucket file."""
     offset = file.first_index
     try:
-        for batch in pq.ParquetFile(file.path).iter_batches(batch_size=READ_BATCH_ROWS, columns=COLUMNS):
-            yield offset, batch.select(COLUMNS).cast(SOURCE_SCHEMA)
+        parquet = pq.ParquetFile(file.path)
+        columns = file.adapter.read_columns(parquet.schema_arrow)
+        for batch in parquet.iter_batches(batch_size=READ_BATCH_ROWS, columns=columns):
+            yield offset, *file.adapter.normalise(batch, file, offset)
             offset += batch.num_rows
     except (OSError, pa.ArrowException) as exc:
-        raise BuildError(f"{file.name}: unreadable after row {offset - file.first_index}: {exc}") from None
+        raise BuildError(f"{file.source}: {file.name}: unreadable after row {offset - file.first_index}: "
+                         f"{exc}") from None
 
 
 def _malformed_rows(batch: pa.RecordBatch) -> dict[int, str]:
@@ -161,8 +150,10 @@ def _malformed_rows(batch: pa.RecordBatch) -> dict[int, str]:
     return bad
 
 
-def check_batch(file: SourceFile, offset: int, batch: pa.RecordBatch) -> list[BadConversation]:
-    """The batch's malformed rows (the batch starts at source row `offset`), in row order."""
-    bad = _malformed_rows(batch)
-    return [BadConversation(offset + row, file.name, offset + row - file.first_index,
-                      batch.column("id")[row].as_py() or "", bad[row]) for row in sorted(bad)]
+def check_batch(file: SourceFile, offset: int, batch: pa.RecordBatch,
+                refused: dict[int, str]) -> list[BadConversation]:
+    """The batch's malformed rows (the batch starts at source row `offset`), in row order: those its
+    format refused (`refused`, with the format's reason), then those the record's checks find."""
+    bad = {**_malformed_rows(batch), **refused}
+    return [bad_conversation([file], offset + row, batch.column("id")[row].as_py() or "", bad[row], "malformed")
+            for row in sorted(bad)]

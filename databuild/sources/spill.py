@@ -1,10 +1,10 @@
-"""Spill stage: the source in permutation order, never held whole, through bucket files.
+"""Spill stage: the mixed source in permutation order, never held whole, through bucket files.
 
 A pass over the source writes each row whose stream position lies in the pass's range to the bucket
 file of that position (bucket k holds positions [k*window, (k+1)*window)), Arrow IPC in a temporary
 directory; the stream reads the buckets back in order, one in memory at a time, sorted within.
 
-The first pass also checks every row of the source, so a malformed row anywhere is known before
+The first pass also checks every row of the mixed source, so a malformed row anywhere is known before
 anything is rendered. It spills only the prefix of the stream the build is expected to read
 (`expected_prefix`, generous), because a recipe may read a few percent of its source; a stream that
 goes past it gets another pass, which spills as far again (the spilled prefix doubles). The stream
@@ -23,7 +23,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc  # noqa: F401  (pa.ipc)
 
-from ..sources.permute import inverse_permutation
 from ..sources.reader import COLUMNS, BadConversation, Conversation, SourceFile, check_batch, iter_batches
 
 SPILL_THREADS = 2  # files decoded at once in a pass
@@ -32,28 +31,34 @@ SPILL_THREADS = 2  # files decoded at once in a pass
 BYTES_PER_TOKEN_BOUND = 8
 
 
-def expected_prefix(files: Iterable[SourceFile], tokens: int) -> int:
-    """Stream positions the first pass spills for a build that needs `tokens` tokens."""
-    files = list(files)
-    size, message_bytes = sum(f.rows for f in files), sum(f.message_bytes for f in files)
+def expected_prefix(files: Iterable[SourceFile], positions: np.ndarray, tokens: int) -> int:
+    """Stream positions the first pass spills for a build that needs `tokens` tokens (message bytes
+    of each file counted in the share of its rows that the stream holds)."""
+    size, message_bytes = int((positions >= 0).sum()), 0
+    for file in files:
+        taken = int((positions[file.first_index:file.first_index + file.rows] >= 0).sum())
+        message_bytes += file.message_bytes * taken // max(file.rows, 1)
     if message_bytes <= 0:
         return size
     return min(size, -(-size * tokens * BYTES_PER_TOKEN_BOUND // message_bytes))
 
 
 class Spill:
-    """Bucket files of the stream under `directory`; positions [0, spilled) have been written."""
+    """Bucket files of the stream under `directory`; positions [0, spilled) have been written.
 
-    def __init__(self, files: Iterable[SourceFile], permutation: np.ndarray, window: int, directory: Path,
+    `positions` gives each row of the files (numbered across them) its stream position, or -1 for a
+    row the stream does not hold (sources.mixture.stream_positions)."""
+
+    def __init__(self, files: Iterable[SourceFile], positions: np.ndarray, window: int, directory: Path,
                  threads: int = SPILL_THREADS):
         self.files, self.window, self.directory, self.threads = list(files), window, Path(directory), threads
-        self.positions_of = inverse_permutation(permutation)
-        self.size = len(permutation)
+        self.positions_of = positions
+        self.size = int((positions >= 0).sum())
         self.spilled = 0
         self.passes = 0
 
     def check_and_spill(self, prefix: int) -> list[BadConversation]:
-        """The first pass: every malformed row of the source (in source order); positions up to
+        """The first pass: every malformed row the stream holds (in source order); positions up to
         `prefix`, rounded up to whole buckets, spilled."""
         return self._pass(prefix, check=True)
 
@@ -76,10 +81,11 @@ class Spill:
 
         def one_file(file: SourceFile) -> list[BadConversation]:
             found: list[BadConversation] = []
-            for offset, batch in iter_batches(file):
-                if check:
-                    found += check_batch(file, offset, batch)
+            for offset, batch, refused in iter_batches(file):
                 positions = self.positions_of[offset:offset + batch.num_rows]
+                if check:
+                    found += [bad for bad in check_batch(file, offset, batch, refused)
+                              if positions[bad.index - offset] >= 0]
                 rows = np.flatnonzero((positions >= start) & (positions < stop))
                 if not len(rows):
                     continue

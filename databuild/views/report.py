@@ -124,14 +124,19 @@ def pins(manifest: dict | None) -> str:
     if manifest is None:
         return "<p>No manifest: nothing is pinned.</p>"
     inputs, counts = manifest.get("inputs") or {}, dict(manifest.get("counts") or {})
-    source = dict(inputs.get("source") or {})
-    files, by_source = source.pop("files", []), counts.pop("by_source", {})
+    # inputs.source: a manifest written before mixtures
+    sources = inputs.get("sources") or ([inputs["source"]] if isinstance(inputs.get("source"), dict) else [])
+    by_source, per_source = counts.pop("by_source", {}), counts.pop("sources", [])
     sections = [("Output", _table(_flatten(manifest.get("output") or {}))),
-                ("Tokenizer", _table(_flatten(inputs.get("tokenizer") or {}))),
-                ("Source", _table(_flatten(source))),
-                ("Source files", _table([(f.get("path"), f"{f.get('bytes', 0):,}", f.get("rows", ""), f.get("sha256"))
-                                         for f in files], ("path", "bytes", "rows", "sha256"))),
-                ("Build", _table(_flatten(manifest.get("build") or {}))), ("Counts", _table(_flatten(counts))),
+                ("Tokenizer", _table(_flatten(inputs.get("tokenizer") or {})))]
+    for number, source in enumerate(sources):
+        source = dict(source)
+        files, title = source.pop("files", []), f"Source {number}" if len(sources) > 1 else "Source"
+        shares = _flatten({"counts": per_source[number]}) if number < len(per_source) else []
+        sections += [(title, _table(_flatten(source) + shares)),
+                     (f"{title} files", _table([(f.get("path"), f"{f.get('bytes', 0):,}", f.get("rows", ""),
+                                                 f.get("sha256")) for f in files], ("path", "bytes", "rows", "sha256")))]
+    sections += [("Build", _table(_flatten(manifest.get("build") or {}))), ("Counts", _table(_flatten(counts))),
                 ("Conversations and tokens by source", _table([
                     (name, f"{v.get('conversations', 0):,} conversations, {v.get('tokens', 0):,} tokens")
                     for name, v in by_source.items()])),
