@@ -59,7 +59,7 @@ def independent_rows(tokenizer, source_conversations, row_tokens, rows_wanted):
     kept, skipped, continued = [], 0, []
     for k, index in enumerate(order):
         cid, messages = source_conversations[index]
-        out = tokenizer.apply_chat_template([{"role": r, "content": c} for r, c in messages], tokenize=True,
+        out = tokenizer.apply_chat_template(list(messages), tokenize=True,
                                             return_dict=True, return_assistant_tokens_mask=True, **KWARGS)
         conv_ids, conv_mask = out["input_ids"], list(out["assistant_masks"])
         for i in range(1, len(conv_ids)):  # an empty answer: header end, then straight the closing token
