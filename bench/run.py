@@ -121,9 +121,15 @@ def fake_revision(text: str) -> str:
     return hashlib.sha1(text.encode()).hexdigest()
 
 
+# The ends of turn a user declares for the `assistant` strategy on an untagged template (Phi-3's <|end|>
+# is not its EOS): those of these the template writes.
+END_OF_TURN_CANDIDATES = ("<|end|>", "<|im_end|>", "<|eot_id|>")
+
+
 def write_config(path: Path, name: str, corpus: Path, tokenizer: Path, loss_mask: str, kwargs: dict,
                  seed: int, row_tokens: int, rows: int) -> Path:
     pins = "".join(f"    {f}: {sha256_of(tokenizer / f)}\n" for f in TOKENIZER_FILES if (tokenizer / f).is_file())
+    ends = [t for t in END_OF_TURN_CANDIDATES if t in chat_template_of(tokenizer)]
     kwargs_block = "".join(f"  {k}: {json.dumps(v)}\n" for k, v in kwargs.items())
     path.write_text(
         f"# Written by bench/run.py for one benchmark run.\n"
@@ -133,7 +139,8 @@ def write_config(path: Path, name: str, corpus: Path, tokenizer: Path, loss_mask
         f"tokenizer:\n  repo: bench/{tokenizer.name}\n  revision: \"{fake_revision(str(tokenizer))}\"\n"
         f"  sha256:\n{pins}  dir: {json.dumps(str(tokenizer))}\n"
         + (f"template_kwargs:\n{kwargs_block}" if kwargs else "")
-        + f"loss_mask: {loss_mask}\nseed: {seed}\nrow_tokens: {row_tokens}\nrows: {rows}\n")
+        + f"loss_mask: {loss_mask}\nseed: {seed}\nrow_tokens: {row_tokens}\nrows: {rows}\n"
+        + (f"end_of_turn: {json.dumps(ends)}\n" if loss_mask == "assistant" and ends else ""))
     return path
 
 

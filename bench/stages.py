@@ -65,8 +65,9 @@ def main(argv=None) -> None:
     with stage("load tokenizer"):
         tokenizer = load_tokenizer(inputs.tokenizer_dir)
         _, sep_id = separator_id(tokenizer, config)
-        encoder = Encoder(tokenizer, Renderer.for_tokenizer(tokenizer, config.template_kwargs_dict),
-                          config.loss_mask)
+        encoder = Encoder(tokenizer, Renderer.for_tokenizer(tokenizer, config.template_kwargs_dict,
+                                                            config.chat_template_name),
+                          config.loss_mask, config.end_of_turn)
     files = list(inputs.source_files)
     positions = stream_positions(*inputs.selections, sum(f.rows for f in files), config.seed)
     spill_dir = tempfile.TemporaryDirectory(prefix="databuild-stages-")
@@ -78,16 +79,18 @@ def main(argv=None) -> None:
     spill_dir.cleanup()
     # Batch by batch, as the build does: holding every Encoding at once would make the stages pay
     # for gigabytes of fresh pages that a build never touches.
-    backend, tokenized, tokens = tokenizer.backend_tokenizer, [], 0
+    tokenized, tokens = [], 0
     for low in range(0, len(conversations), args.batch_size):
         batch = conversations[low:low + args.batch_size]
         with stage("render (chat template)"):
-            texts = encoder.render(batch)
+            rendered = encoder.render(batch)
         with stage("encode_batch (Rust threads)"):
-            encodings = backend.encode_batch(texts, add_special_tokens=False)
+            encodings = encoder.tokenize(rendered)
         tokens += sum(len(e) for e in encodings)
-        with stage("ids + masks (Encoder.finish)"):
-            tokenized.extend(encoder.finish(batch, texts, encodings))
+        with stage("  of which not in a build: prove placements alone"):
+            _prove_placements(encoder, batch, rendered)
+        with stage("ids + masks (Encoder.finish, placement proof included)"):
+            tokenized.extend(encoder.finish(batch, rendered, encodings))
         with stage("free the encodings"):
             del encodings
     stats = PackStats()
@@ -105,8 +108,22 @@ def main(argv=None) -> None:
     print(f"{'stage':<52}{'wall s':>8}{'CPU s':>8}{'CPU ns/token':>14}")
     for name, (wall, cpu) in TOTALS.items():
         print(f"{name:<52}{wall:>8.2f}{cpu:>8.2f}{cpu / tokens * 1e9:>14.1f}")
-    total = sum(cpu for name, (_, cpu) in TOTALS.items() if not name.startswith("encode_batch"))
+    total = sum(cpu for name, (_, cpu) in TOTALS.items() if not name.startswith(("encode_batch", " ")))
     print(f"{'all stages but encode_batch':<52}{'':>8}{total:>8.2f}{total / tokens * 1e9:>14.1f}")
+
+
+def _prove_placements(encoder, batch, rendered) -> None:
+    """The sentinel render and check of every untagged conversation: what proving placements costs
+    (Encoder.finish does it again; this stage is left out of the total)."""
+    from databuild.encode.placement import MaskError, place_fields
+    from databuild.sources.reader import Problem
+
+    for conversation, item in zip(batch, rendered):
+        if not isinstance(item, Problem) and item[1] is None:
+            try:
+                place_fields(conversation.messages, conversation.tools, item[0], encoder.renderer.render)
+            except MaskError:
+                pass
 
 
 class _NoHash:

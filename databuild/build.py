@@ -53,6 +53,13 @@ def separator_id(tokenizer, config: BuildConfig) -> tuple[str, int]:
     return token, int(token_id)
 
 
+def encoder_pins(encoder: Encoder) -> dict[str, Any]:
+    """What the manifest records of the render and mask set-up: the template used, by hash, the
+    declared ends of turn, and the tokenizer.json blocks switched off."""
+    return {"chat_template": encoder.renderer.pins(), "end_of_turn": sorted(encoder.end_of_turn),
+            "tokenizer_json_switched_off": encoder.switched_off}
+
+
 def _marked(conversations: Iterable[Conversation],
             malformed: dict[int, BadConversation]) -> Iterator[Conversation]:
     """The stream with each malformed conversation marked as such, so that it is skipped and counted
@@ -129,9 +136,9 @@ def prepare(config: BuildConfig, offline: bool = False, window: int = DEFAULT_WI
         if spill_prefix is None:
             spill_prefix = expected_prefix(inputs.source_files, positions, config.rows * config.row_tokens)
         malformed = _check_malformed(config, spill.check_and_spill(spill_prefix))
-        renderer = Renderer.for_tokenizer(tokenizer, config.template_kwargs_dict)
+        renderer = Renderer.for_tokenizer(tokenizer, config.template_kwargs_dict, config.chat_template_name)
         renderer.compile()
-        encoder = Encoder(tokenizer, renderer, config.loss_mask)
+        encoder = Encoder(tokenizer, renderer, config.loss_mask, config.end_of_turn)
     except BaseException:
         spill_dir.cleanup()
         raise
@@ -175,7 +182,7 @@ def _make(prepared: Prepared, out_dir: Path, workers: int, batch_size: int, prog
     writer = {**WRITER_OPTIONS, "row_group_rows": rows_per_group(config.row_tokens)}
     manifest = build_manifest(config, inputs, prepared.separator, sep_id, stats, skipped,
                               list(prepared.malformed.values()), hasher.hexdigest(), hasher.row_digests,
-                              parquet_sha256, parquet_bytes, final.name, writer,
+                              parquet_sha256, parquet_bytes, final.name, writer, encoder_pins(encoder),
                               segments_sha256=segments.hexdigest())
     manifest_file = manifest_path(final)
     manifest_file.unlink(missing_ok=True)

@@ -61,6 +61,8 @@ class BuildConfig:
     separator: str | None = None  # a token string; None means the tokenizer's EOS token
     on_bad_conversation: str = "error"
     path: Path | None = field(default=None, compare=False)
+    chat_template_name: str | None = None  # one of the tokenizer's named templates; None: transformers' choice
+    end_of_turn: tuple[str, ...] = ()  # special tokens closing an assistant turn, besides EOS
 
     @property
     def template_kwargs_dict(self) -> dict[str, Any]:
@@ -184,7 +186,18 @@ def _reject_unknown(raw: dict, known: set[str], where: str) -> None:
 
 
 TOP_KEYS = {"name", "description", "source", "sources", "tokenizer", "template_kwargs", "loss_mask", "seed",
-            "row_tokens", "rows", "separator", "on_bad_conversation"}
+            "row_tokens", "rows", "separator", "on_bad_conversation", "chat_template_name", "end_of_turn"}
+# What the machine can index: row offsets are int32 (seq_start_id), token counts int64, and seeds an
+# int64 for every reader of the manifest and the recipe.
+BOUNDS = {"row_tokens": 2**31 - 1, "rows": 2**63 - 1, "seed": 2**63 - 1}
+
+
+def _end_of_turn(raw: dict, where: str) -> tuple[str, ...]:
+    value = raw.get("end_of_turn", [])
+    tokens = [value] if isinstance(value, str) else value
+    if not isinstance(tokens, list) or not all(isinstance(t, str) and t for t in tokens):
+        raise _fail(where, "end_of_turn", value, "expected a token, or a list of tokens")
+    return tuple(tokens)
 
 
 def load_config(path: str | os.PathLike) -> BuildConfig:
@@ -208,6 +221,8 @@ def load_config(path: str | os.PathLike) -> BuildConfig:
     for key, value in kwargs.items():
         if not isinstance(value, (str, int, float, bool)):
             raise _fail(where, f"template_kwargs.{key}", value, "expected a scalar")
+        if key in ("messages", "tools", "documents", "add_generation_prompt"):
+            raise _fail(where, f"template_kwargs.{key}", value, "apply_chat_template sets this variable itself")
     if "current_date" in kwargs:
         _check_date(where, kwargs["current_date"])
     loss_mask = _take(raw, "loss_mask", str, where)
@@ -228,6 +243,8 @@ def load_config(path: str | os.PathLike) -> BuildConfig:
         separator=_take(raw, "separator", str, where, None),
         on_bad_conversation=policy,
         path=path.resolve(),
+        chat_template_name=_take(raw, "chat_template_name", str, where, None),
+        end_of_turn=_end_of_turn(raw, where),
     )
     if not re.match(r"^[A-Za-z0-9._-]+$", config.name):
         raise _fail(where, "name", config.name, "use letters, digits, '.', '_' and '-' only")
@@ -236,6 +253,11 @@ def load_config(path: str | os.PathLike) -> BuildConfig:
             raise _fail(where, key, getattr(config, key), "must be positive")
     if config.seed < 0:
         raise _fail(where, "seed", config.seed, "must be non-negative")
+    for key, bound in BOUNDS.items():
+        if getattr(config, key) > bound:
+            raise _fail(where, key, getattr(config, key), f"must be at most {bound}")
+    if config.rows * config.row_tokens > BOUNDS["rows"]:
+        raise _fail(where, "rows", config.rows, f"rows x row_tokens must be at most {BOUNDS['rows']}")
     if config.separator == "":
         raise _fail(where, "separator", "", "name a token, or leave the key out for the tokenizer's EOS")
     return config

@@ -15,6 +15,12 @@ TOKENIZER_DIR = FIXTURES / "muse-tiny-tokenizer"
 SOURCE_DIR = FIXTURES / "tulu-tiny"
 TINY = "muse-spark-tiny-fixed512-v1"
 TINY_CONFIG = REPO / "configs" / f"{TINY}.yaml"
+TEMPLATES = FIXTURES / "templates"
+# The real Phi-3-mini tokenizer, beside the repository (or a worktree of it) when present: tests on it
+# skip cleanly on a fresh clone without it.
+PHI3 = next((d / "shared" / "reference-tokenizers" / "phi-3-mini" for d in REPO.parents
+             if (d / "shared" / "reference-tokenizers" / "phi-3-mini" / "tokenizer.json").is_file()), None)
+needs_phi3 = pytest.mark.skipif(PHI3 is None, reason="the Phi-3 reference tokenizer is not here")
 
 
 @pytest.fixture(scope="session")
@@ -41,13 +47,14 @@ def tokenizer():
 
 @pytest.fixture(scope="session")
 def source_conversations():
-    """Every fixture conversation as (id, messages) in source order."""
+    """Every fixture conversation as (id, messages) in source order, each message a dict in the file's
+    key order (content, role), as `datasets` hands it to apply_chat_template."""
     import pyarrow.parquet as pq
 
     out = []
     for path in sorted((SOURCE_DIR / "data").glob("*.parquet")):
         for row in pq.read_table(path).to_pylist():
-            out.append((row["id"], tuple((m["role"], m["content"]) for m in row["messages"])))
+            out.append((row["id"], tuple(row["messages"])))
     return out
 
 
@@ -70,3 +77,8 @@ def write_config(path: Path, **changes) -> Path:
     with open(path, "w") as handle:
         yaml.dump(raw, handle)
     return path
+
+
+def messages(*pairs: tuple[str, str]) -> tuple[dict, ...]:
+    """Messages from (role, content) pairs, in the Tulu schema's key order."""
+    return tuple({"content": content, "role": role} for role, content in pairs)

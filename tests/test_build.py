@@ -50,9 +50,10 @@ def test_the_production_verifier_accepts_it(tiny_build):
     assert report.failures == [] and report.exit_code == 0
 
 
-def independent_rows(tokenizer, source_conversations, row_tokens, rows_wanted):
+def independent_rows(tokenizer, source_conversations, row_tokens, rows_wanted, muse_spark=True):
     """The rows rebuilt without databuild: numpy's permutation, transformers' own chat template
-    tokenization and assistant mask (minus the closing token of empty answers), EOS between."""
+    tokenization and assistant mask (for muse_spark, minus the closing token of empty answers), EOS
+    between unless the render ends with it."""
     order = np.random.default_rng(42).permutation(len(source_conversations))
     ids, mask, starts, owners = [], [], [], []
     header_end = tokenizer.convert_tokens_to_ids(HEADER_END)
@@ -60,13 +61,13 @@ def independent_rows(tokenizer, source_conversations, row_tokens, rows_wanted):
     kept, skipped, continued = [], 0, []
     for k, index in enumerate(order):
         cid, messages = source_conversations[index]
-        out = tokenizer.apply_chat_template([{"role": r, "content": c} for r, c in messages], tokenize=True,
+        out = tokenizer.apply_chat_template(list(messages), tokenize=True,
                                             return_dict=True, return_assistant_tokens_mask=True, **KWARGS)
         conv_ids, conv_mask = out["input_ids"], list(out["assistant_masks"])
-        for i in range(1, len(conv_ids)):  # an empty answer: header end, then straight the closing token
+        for i in range(1, len(conv_ids) if muse_spark else 0):  # an empty answer: header, then the closing
             if conv_ids[i - 1] == header_end and conv_ids[i] in closings:
                 conv_mask[i] = 0
-        if k:
+        if k and ids[-1] != tokenizer.eos_token_id:
             ids.append(tokenizer.eos_token_id)
             mask.append(0)
         starts.append(len(ids))
@@ -97,6 +98,54 @@ def test_rows_match_an_independent_rebuild(tiny_build, tokenizer, source_convers
     assert table.to_pylist() == expected
     assert tiny_build.data["counts"]["rows_skipped"]["no_supervised_token"] == skipped
     assert tiny_build.data["continued_rows"] == continued
+
+
+CHATML_BOS_DIR = REPO / "tests" / "fixtures" / "chatml-bos-tokenizer"
+
+
+@pytest.fixture(scope="module")
+def chatml_bos_build(tmp_path_factory):
+    """The fixtures built with the ChatML tokenizer whose encode adds a BOS, whose tokenizer.json
+    truncates to 64 tokens and pads, and whose template ends with EOS, under `loss_mask: assistant`."""
+    tmp = tmp_path_factory.mktemp("chatml")
+    pins = {n: hashlib.sha256((CHATML_BOS_DIR / n).read_bytes()).hexdigest()
+            for n in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")}
+    config = load_config(write_config(tmp / "c.yaml", name="chatml-bos", loss_mask="assistant", rows=30,
+                                      tokenizer={"dir": str(CHATML_BOS_DIR), "sha256": pins}))
+    return config, make(config, tmp / "out", progress=False)
+
+
+def test_bos_adding_truncating_padding_tokenizer_matches_an_independent_rebuild(chatml_bos_build,
+                                                                                 source_conversations):
+    from transformers import AutoTokenizer
+
+    _, result = chatml_bos_build
+    reference = AutoTokenizer.from_pretrained(str(CHATML_BOS_DIR))
+    table = pq.read_table(result.parquet)
+    expected, skipped, continued = independent_rows(reference, source_conversations, 512, table.num_rows,
+                                                    muse_spark=False)
+    assert table.to_pylist() == expected
+    assert (result.data["counts"]["rows_skipped"]["no_supervised_token"], result.data["continued_rows"]) == \
+        (skipped, continued)
+    ids = np.array(table.column("input_ids").to_pylist())
+    bos = reference.convert_tokens_to_ids("<|begin_of_text|>")
+    assert not ((ids[:, 1:] == bos) & (ids[:, :-1] == bos)).any()  # never a doubled BOS
+    assert result.data["counts"]["separators_inserted"] == 0  # every render ends with EOS itself
+    assert result.data["counts"]["empty_assistant_turns"] > 0
+    switched_off = result.data["inputs"]["tokenizer"]["switched_off"]
+    assert switched_off["truncation"]["max_length"] == 64
+    assert switched_off["padding"]["length"] is None and switched_off["padding"]["pad_token"] == "<|endoftext|>"
+    assert result.data["build"]["chat_template"] == {
+        "name": None, "sha256": {"default": hashlib.sha256((CHATML_BOS_DIR / "chat_template.jinja").read_bytes())
+                                 .hexdigest()}}
+
+
+@pytest.mark.parametrize("batch_size, workers", [(1, 1), (2, 1), (7, 2), (256, 1)])
+def test_chatml_bos_rows_do_not_depend_on_the_batch_size(chatml_bos_build, tmp_path, batch_size, workers):
+    config, result = chatml_bos_build
+    again = make(config, tmp_path, batch_size=batch_size, workers=workers, progress=False)
+    assert again.parquet.read_bytes() == result.parquet.read_bytes()
+    assert again.manifest.read_bytes() == result.manifest.read_bytes()
 
 
 def test_packing_invariants_and_counts(tiny_build, tokenizer):
@@ -309,3 +358,38 @@ def test_list_and_help_show_examples():
     for command in ("make", "verify", "hash", "fetch"):
         helped = run_cli(command, "--help")
         assert helped.returncode == 0 and "Example" in helped.stdout, command
+
+
+def invalid_utf8_source(tmp_path: Path) -> Path:
+    """OK_ROWS, with row 2's answer and row 5's id made of bytes that are not UTF-8."""
+    ids = [r[0].encode() for r in OK_ROWS]
+    ids[5] = b"ok-\xff"
+    contents, roles, offsets = [], [], [0]
+    for k, (_, msgs) in enumerate(OK_ROWS):
+        for role, content in msgs:
+            contents.append(content.encode() + (b"\xc3(" if k == 2 and role == "assistant" else b""))
+            roles.append(role)
+        offsets.append(len(contents))
+    text = lambda values: pa.array(values, pa.binary()).view(pa.string())  # noqa: E731
+    messages = pa.ListArray.from_arrays(pa.array(offsets, pa.int32()),
+                                        pa.StructArray.from_arrays([text(contents), pa.array(roles)],
+                                                                   names=["content", "role"]))
+    (tmp_path / "src" / "data").mkdir(parents=True)
+    pq.write_table(pa.table({"id": text(ids), "messages": messages, "source": ["s"] * len(OK_ROWS)}),
+                   tmp_path / "src" / "data" / "train-00000-of-00001.parquet")
+    return tmp_path / "src"
+
+
+def test_invalid_utf8_is_a_malformed_conversation(tmp_path):
+    source = invalid_utf8_source(tmp_path)
+    result = run_cli("make", str(write_config(tmp_path / "c.yaml", source={"dir": str(source)}, rows=2)),
+                     "--out", str(tmp_path / "out"))
+    assert result.returncode == 1 and result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    assert ("data/train-00000-of-00001.parquet: row 2 (id 'ok-9'): message 1: content is not valid UTF-8 "
+            "(and 1 more)") in result.stderr
+    config = load_config(write_config(tmp_path / "s.yaml", source={"dir": str(source)}, rows=12,
+                                      on_bad_conversation="skip"))
+    built = make(config, tmp_path / "skip", progress=False)
+    assert built.data["counts"]["malformed_in_source"] == 2
+    reasons = {(b["row"], b["id"], b["reason"]) for b in built.data["skipped_conversations"]}
+    assert reasons <= {(2, "ok-9", "message 1: content is not valid UTF-8"), (5, "ok-\\xff", "'id' is not valid UTF-8")}

@@ -24,6 +24,13 @@ from conftest import write_config
     ({"separator": ""}, "key 'separator' = '': name a token"),
     ({"on_bad_conversation": "ignore"}, "key 'on_bad_conversation' = 'ignore'"),
     ({"rowz": 5}, "unknown key 'rowz'"),
+    ({"row_tokens": 2**31}, f"key 'row_tokens' = {2**31}: must be at most {2**31 - 1}"),
+    ({"rows": 2**63}, f"key 'rows' = {2**63}: must be at most {2**63 - 1}"),
+    ({"rows": 2**40, "row_tokens": 2**30}, "key 'rows' = 1099511627776: rows x row_tokens must be at most"),
+    ({"seed": 2**64}, f"key 'seed' = {2**64}: must be at most {2**63 - 1}"),
+    ({"end_of_turn": [""]}, "key 'end_of_turn' = ['']: expected a token, or a list of tokens"),
+    ({"chat_template_name": 3}, "key 'chat_template_name' = 3: expected str"),
+    ({"template_kwargs": {"tools": "x"}}, "key 'template_kwargs.tools' = 'x': apply_chat_template sets this"),
     ({"name": None}, "missing key 'name'"),
 ])
 def test_bad_values_are_named(tmp_path, changes, message):
@@ -55,3 +62,14 @@ def test_a_config_that_is_not_utf8_is_one_line(tmp_path):
     path.write_bytes(write_config(tmp_path / "good.yaml").read_bytes() + "# caf\u00e9\n".encode("latin-1"))
     with pytest.raises(BuildError, match="cannot read config: 'utf-8' codec can't decode"):
         load_config(path)
+
+
+def test_bounds_are_one_line_on_the_command_line(tmp_path):
+    import subprocess
+    import sys
+
+    path = write_config(tmp_path / "c.yaml", rows=10**30)
+    result = subprocess.run([sys.executable, "-m", "databuild", "make", str(path), "--out", str(tmp_path / "o")],
+                            capture_output=True, text=True)
+    assert result.returncode == 1 and result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    assert f"key 'rows' = {10**30}: must be at most" in result.stderr

@@ -132,6 +132,7 @@ def phi3_build(tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("phi3")
     config = write_config(tmp / "phi3.yaml", name="phi3-tiny-512", loss_mask="assistant", rows=20,
+                          end_of_turn=["<|end|>"],  # Phi-3 closes turns with <|end|>, its EOS is <|endoftext|>
                           tokenizer={"repo": "microsoft/phi-3-mini", "dir": str(PHI3), "sha256": PHI3_SHA256})
     return make(load_config(config), tmp / "build", progress=False)
 

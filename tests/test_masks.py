@@ -1,35 +1,57 @@
-"""Loss masks: exactly the assistant contents and their closing tokens, for both strategies."""
+"""Loss masks: proven placements, transformers' generation spans, and what each strategy supervises."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
+import re
 import numpy as np
 import pytest
 
+from conftest import PHI3, TEMPLATES, messages, needs_phi3
 from databuild.encode.encoder import Encoder
 from databuild.errors import BuildError
-from databuild.encode.masks import _only_place
 from databuild.encode.render import Renderer
 from databuild.sources.reader import Conversation
 
 KWARGS = {"current_date": "2026-10-01", "reasoning_effort": "xhigh"}
-CHATML = ("{% for m in messages %}{{ '<|im_start|>' + m.role + '\\n' }}{% if m.role == 'assistant' %}"
-          "{% generation %}{{ m.content + '<|im_end|>' }}{% endgeneration %}{% else %}"
-          "{{ m.content + '<|im_end|>' }}{% endif %}{{ '\\n' }}{% endfor %}")
-LLAMA3 = ("{{ '<|begin_of_text|>' }}{% for m in messages %}"
-          "{{ '<|start_header_id|>' + m.role + '<|end_header_id|>\\n\\n' }}{% if m.role == 'assistant' %}"
-          "{% generation %}{{ m.content + '<|eot_id|>' }}{% endgeneration %}{% else %}"
-          "{{ m.content + '<|eot_id|>' }}{% endif %}{% endfor %}")
-TRIMMING = "{% for m in messages %}{{ m.role + ': ' + (m.content | trim) + '<|im_end|>' }}{% endfor %}"
-PHI3 = Path(__file__).resolve().parents[2] / "shared" / "reference-tokenizers" / "phi-3-mini"
+GENERATION_TAGS = re.compile(r"\{%-?\s*(end)?generation\s*-?%\}")
+# The declared end of turn of each family, where it is not the tokenizer's EOS.
+END_OF_TURN = {"chatml": ("<|im_end|>",), "llama3_trim": ("<|eot_id|>",), "phi3": ("<|end|>",),
+               "harmony": ("<|end|>", "<|return|>"), "qwen_tools_think": ("<|im_end|>",)}
 
 
-def encode(tokenizer, messages, loss_mask="muse_spark", template=None, conversation_id="c-1"):
+def family(name: str, tokenizer=None, tagged: bool = True) -> str:
+    """A template family's text (the fixture tokenizer's own for harmony), with or without its tags."""
+    text = tokenizer.chat_template if name == "harmony" else (TEMPLATES / f"{name}.jinja").read_text()
+    return text if tagged else GENERATION_TAGS.sub("", text)
+
+
+def encode(tokenizer, msgs, loss_mask="muse_spark", template=None, conversation_id="c-1", tools=None,
+           end_of_turn=()):
     renderer = Renderer(template or tokenizer.chat_template, dict(tokenizer.special_tokens_map), KWARGS)
-    encoder = Encoder(tokenizer, renderer, loss_mask)
-    [out] = encoder.encode_batch([Conversation(0, 0, conversation_id, "s", tuple(messages))])
+    encoder = Encoder(tokenizer, renderer, loss_mask, end_of_turn)
+    [out] = encoder.encode_batch([Conversation(0, 0, conversation_id, "s", tuple(msgs), tools=tools)])
     return out
+
+
+def transformers_mask(tokenizer, msgs, template, tools=None):
+    """apply_chat_template's own tokens and generation mask."""
+    out = tokenizer.apply_chat_template(list(msgs), tools=tools, chat_template=template, tokenize=True,
+                                        return_dict=True, return_assistant_tokens_mask=True, **KWARGS)
+    return out["input_ids"], list(out["assistant_masks"])
+
+
+def agrees_or_refuses(tokenizer, msgs, name, tools=None, tagged=False) -> str:
+    """'equal' when the `assistant` mask on the family's template equals transformers' generation mask
+    on its tagged form, 'mask_error' when refused; anything else fails."""
+    ours = encode(tokenizer, msgs, "assistant", family(name, tokenizer, tagged), tools=tools,
+                  end_of_turn=END_OF_TURN[name])
+    if ours.problem is not None:
+        assert ours.problem[0] == "mask_error", ours.problem
+        return "mask_error"
+    ids, mask = transformers_mask(tokenizer, msgs, family(name, tokenizer), tools)
+    assert ours.input_ids.tolist() == ids
+    assert ours.loss_mask.tolist() == mask, (msgs, name)
+    return "equal"
 
 
 def supervised_runs(tokenizer, ids, mask) -> list[str]:
@@ -39,34 +61,43 @@ def supervised_runs(tokenizer, ids, mask) -> list[str]:
             for a, b in zip(edges[::2], edges[1::2])]
 
 
-def expected_runs(messages, closings=("<|end|>", "<|return|>")) -> list[str]:
-    last = len(messages) - 1
-    return [content + (closings[1] if i == last else closings[0])
-            for i, (role, content) in enumerate(messages) if role == "assistant" and content]
+def expected_runs(msgs, closings=("<|end|>", "<|return|>")) -> list[str]:
+    last = len(msgs) - 1
+    return [m["content"] + (closings[1] if i == last else closings[0])
+            for i, m in enumerate(msgs) if m["role"] == "assistant" and m["content"]]
 
 
 CASES = {
-    "single turn": [("user", "Hi there"), ("assistant", "Hello!")],
-    "system and multi-turn": [("system", "Be brief."), ("user", "One?"), ("assistant", "1"),
-                              ("user", "Two?"), ("assistant", "2")],
-    "ends with a user turn": [("user", "a"), ("assistant", "b"), ("user", "c")],
-    "empty assistant content": [("user", "Say nothing."), ("assistant", "")],
-    "no assistant turn": [("system", "x"), ("user", "Anyone?")],
-    "literal special tokens": [("user", "What does <|end|> do?"), ("assistant", "It ends a turn: <|end|> <|return|>")],
-    "echo of the user": [("user", "Repeat after me: hello world"), ("assistant", "hello world")],
-    "assistant text equal to template words": [("user", "final"), ("assistant", "assistant")],
-    "unicode": [("user", "👩‍💻 e\u0301 مرحبا 你好\r\n"), ("assistant", "👨‍👩‍👧 שלום\tok\r\n")],
+    "single turn": messages(("user", "Hi there"), ("assistant", "Hello!")),
+    "system and multi-turn": messages(("system", "Be brief."), ("user", "One?"), ("assistant", "1"),
+                                      ("user", "Two?"), ("assistant", "2")),
+    "ends with a user turn": messages(("user", "a"), ("assistant", "b"), ("user", "c")),
+    "empty assistant content": messages(("user", "Say nothing."), ("assistant", "")),
+    "no assistant turn": messages(("system", "x"), ("user", "Anyone?")),
+    "literal special tokens": messages(("user", "What does <|end|> do?"),
+                                       ("assistant", "It ends a turn: <|end|> <|return|>")),
+    "echo of the user": messages(("user", "Repeat after me: hello world"), ("assistant", "hello world")),
+    "assistant text equal to template words": messages(("user", "final"), ("assistant", "assistant")),
+    "unicode": messages(("user", "👩‍💻 e\u0301 مرحبا 你好\r\n"), ("assistant", "👨‍👩‍👧 שלום\tok\r\n")),
+    "sentinel characters in the text": messages(("user", "\ue000" + "1\ue001 and \ue0010\ue000"),
+                                                ("assistant", "\ue000" + "1\ue001")),
 }
 
 
-@pytest.mark.parametrize("loss_mask", ["muse_spark", "assistant"])
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_expected_masks(tokenizer, name, loss_mask):
-    messages = CASES[name]
-    out = encode(tokenizer, messages, loss_mask)
-    assert supervised_runs(tokenizer, out.input_ids, out.loss_mask) == expected_runs(messages)
+def test_muse_spark_masks(tokenizer, name):
+    msgs = CASES[name]
+    out = encode(tokenizer, msgs, "muse_spark")
+    assert supervised_runs(tokenizer, out.input_ids, out.loss_mask) == expected_runs(msgs)
     assert out.input_ids.dtype == np.int32 and out.loss_mask.dtype == np.int8
     assert set(np.unique(out.loss_mask)) <= {0, 1}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("template", ["harmony", "chatml", "llama3_trim", "phi3"])
+def test_assistant_follows_generation_tags_exactly(tokenizer, name, template):
+    """On a tagged template the `assistant` mask is transformers' mask, empty answers included."""
+    assert agrees_or_refuses(tokenizer, CASES[name], template, tagged=True) == "equal"
 
 
 def test_echo_is_placed_after_the_user_turn(tokenizer):
@@ -76,95 +107,130 @@ def test_echo_is_placed_after_the_user_turn(tokenizer):
     assert header.endswith("hello world<|end|><|start|>assistant<|channel|>final<|message|>")
 
 
-@pytest.mark.parametrize("loss_mask", ["muse_spark", "assistant"])
-def test_every_fixture_conversation(tokenizer, source_conversations, loss_mask):
+def test_every_fixture_conversation_muse_spark(tokenizer, source_conversations):
     """Decode the supervised spans of all fixture conversations: assistant contents plus closings."""
     renderer = Renderer(tokenizer.chat_template, dict(tokenizer.special_tokens_map), KWARGS)
-    encoder = Encoder(tokenizer, renderer, loss_mask)
-    batch = [Conversation(i, i, cid, "s", messages) for i, (cid, messages) in enumerate(source_conversations)]
+    encoder = Encoder(tokenizer, renderer, "muse_spark")
+    batch = [Conversation(i, i, cid, "s", msgs) for i, (cid, msgs) in enumerate(source_conversations)]
     unsupervised = 0
-    for (cid, messages), out in zip(source_conversations, encoder.encode_batch(batch)):
-        assert supervised_runs(tokenizer, out.input_ids, out.loss_mask) == expected_runs(messages), cid
+    for (cid, msgs), out in zip(source_conversations, encoder.encode_batch(batch)):
+        assert supervised_runs(tokenizer, out.input_ids, out.loss_mask) == expected_runs(msgs), cid
         unsupervised += not out.loss_mask.any()
     assert unsupervised >= 3  # the fixtures' no-assistant and empty-answer conversations
 
 
-@pytest.mark.parametrize("template", ["fixture harmony", "chatml", "llama3"])
-def test_assistant_strategy_agrees_with_transformers(tokenizer, source_conversations, template):
-    """Token for token equal to apply_chat_template(return_assistant_tokens_mask=True)."""
-    chat_template = {"fixture harmony": tokenizer.chat_template, "chatml": CHATML, "llama3": LLAMA3}[template]
-    compared = 0
-    for cid, messages in source_conversations:
-        if any(role == "assistant" and not content for role, content in messages):
-            continue  # transformers would train on the closing token of an empty answer; we do not
-        ours = encode(tokenizer, messages, "assistant", chat_template, cid)
-        theirs = tokenizer.apply_chat_template([{"role": r, "content": c} for r, c in messages],
-                                               chat_template=chat_template, tokenize=True, return_dict=True,
-                                               return_assistant_tokens_mask=True, **KWARGS)
-        assert ours.input_ids.tolist() == theirs["input_ids"], cid
-        assert ours.loss_mask.tolist() == theirs["assistant_masks"], cid
-        compared += 1
-    assert compared > 250
+@pytest.mark.parametrize("template", ["harmony", "chatml", "llama3_trim", "phi3"])
+@pytest.mark.parametrize("tagged", [True, False])
+def test_every_fixture_conversation_agrees_with_transformers_or_is_refused(tokenizer, source_conversations,
+                                                                            template, tagged):
+    """Tagged: transformers' mask token for token. Untagged (placement, declared end of turn): the mask
+    transformers gives the tagged form, or a mask_error; never a third outcome."""
+    outcomes = [agrees_or_refuses(tokenizer, msgs, template, tagged=tagged) for _, msgs in source_conversations]
+    assert outcomes.count("equal") >= (300 if tagged else 250)
+
+
+def test_empty_assistant_content(tokenizer):
+    """`assistant` = transformers: the closing token of an empty answer is a target (with or without
+    tags); `muse_spark`: nothing. Either way the turn is counted."""
+    msgs = CASES["empty assistant content"]
+    for loss_mask, template, runs in [("assistant", family("chatml"), ["<|im_end|>"]),
+                                      ("assistant", family("chatml", tagged=False), ["<|im_end|>"]),
+                                      ("muse_spark", None, [])]:
+        out = encode(tokenizer, msgs, loss_mask, template, end_of_turn=("<|im_end|>",))
+        assert supervised_runs(tokenizer, out.input_ids, out.loss_mask) == runs
+        assert out.empty_assistant_turns == 1
+
+
+UPPER = ("{% for m in messages %}{{ '<|im_start|>' + m.role + '\\n' + (m.content | upper) + '<|im_end|>\\n' }}"
+         "{% endfor %}")
+HIDES_EARLIER_ANSWERS = ("{% for m in messages %}{% if m.role != 'assistant' or loop.last %}"
+                         "{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{% endif %}{% endfor %}")
+NO_END_MARKER = "{% for m in messages %}{{ '<|im_start|>' + m.role + '\\n' + m.content }}{% endfor %}"
+
+
+@pytest.mark.parametrize("msgs, template, end_of_turn, error", [
+    # the issue's cases: each once supervised the wrong text without a word
+    (messages(("user", "Repeat after me: OK"), ("assistant", " OK")), family("llama3_trim", tagged=False),
+     ("<|eot_id|>",), "assistant message 1: the rendered text depends on assistant content"),
+    (messages(("user", "Hi"), ("assistant", "\nSure, here it is.")), family("llama3_trim", tagged=False),
+     ("<|eot_id|>",), "assistant message 1: the rendered text depends on assistant content"),
+    (messages(("user", "yes"), ("assistant", "yes")), UPPER, ("<|im_end|>",),
+     "assistant message 1: the rendered text depends on assistant content"),
+    (messages(("user", "Hi"), ("assistant", "Hello"), ("user", "Bye")), NO_END_MARKER, ("<|im_end|>",),
+     "assistant message 1: the first special token after it ('<|im_start|>') is not a declared end of turn"),
+    (messages(("user", "Hi"), ("assistant", "Hello")), family("phi3", tagged=False), (),
+     "assistant message 1: the first special token after it ('<|end|>') is not a declared end of turn"),
+])
+def test_placements_that_cannot_be_proven_are_refused(tokenizer, msgs, template, end_of_turn, error):
+    out = encode(tokenizer, msgs, "assistant", template, end_of_turn=end_of_turn)
+    assert out.problem[0] == "mask_error" and out.problem[1].startswith(error), out.problem
+    assert len(out.input_ids) == len(out.loss_mask) == 0
+
+
+def test_a_hidden_answer_quoted_by_the_user_is_not_supervised(tokenizer):
+    msgs = messages(("user", "Hi"), ("assistant", "Hello there"), ("user", "You said: Hello there"),
+                    ("assistant", "Yes"))
+    out = encode(tokenizer, msgs, "assistant", HIDES_EARLIER_ANSWERS, end_of_turn=("<|im_end|>",))
+    assert supervised_runs(tokenizer, out.input_ids, out.loss_mask) == ["Yes<|im_end|>"]
 
 
 def test_muse_spark_refuses_a_non_harmony_template(tokenizer):
-    out = encode(tokenizer, CASES["single turn"], "muse_spark", CHATML, "c-7")
+    out = encode(tokenizer, CASES["single turn"], "muse_spark", family("chatml"), "c-7")
     assert out.problem[0] == "mask_error" and out.problem[1].startswith("assistant message 1: not written as")
     assert len(out.input_ids) == len(out.loss_mask) == 0
 
 
-def test_assistant_strategy_refuses_a_content_it_cannot_place(tokenizer):
-    out = encode(tokenizer, [("user", "hi"), ("assistant", "  padded answer  ")], "assistant", TRIMMING, "c-8")
-    assert out.problem == ("mask_error", "assistant message 1: the rendered text depends on assistant content in "
-                                         "a way character spans cannot follow")
-
-
 def test_a_template_that_raises_refuses_that_conversation_only(tokenizer):
     strict = ("{% for m in messages %}{% if m.role == 'system' %}{{ raise_exception('no system role, please') }}"
-              "{% endif %}{{ m.role }}: {{ m.content }}<|end|>{% endfor %}")
+              "{% endif %}{{ m.role }}: {{ m.content }}<|endoftext|>{% endfor %}")
     renderer = Renderer(strict, dict(tokenizer.special_tokens_map), KWARGS)
     refused, fine = Encoder(tokenizer, renderer, "assistant").encode_batch([
-        Conversation(0, 0, "c-1", "s", (("system", "be brief"), ("user", "hi"), ("assistant", "hello"))),
-        Conversation(1, 1, "c-2", "s", (("user", "hi"), ("assistant", "hello"))),
+        Conversation(0, 0, "c-1", "s", messages(("system", "be brief"), ("user", "hi"), ("assistant", "hello"))),
+        Conversation(1, 1, "c-2", "s", messages(("user", "hi"), ("assistant", "hello"))),
     ])
     assert refused.problem == ("template_error", "the chat template raised TemplateError: no system role, please")
     assert fine.problem is None and fine.loss_mask.sum() > 0
 
 
-@pytest.mark.skipif(not (PHI3 / "tokenizer.json").exists(), reason="reference tokenizer not beside the repo")
+def test_end_of_turn_must_be_a_special_token(tokenizer):
+    renderer = Renderer(family("chatml"), dict(tokenizer.special_tokens_map), KWARGS)
+    with pytest.raises(BuildError, match="key 'end_of_turn' = 'im_end': not a special token of the tokenizer"):
+        Encoder(tokenizer, renderer, "assistant", ("im_end",))
+
+
+@needs_phi3
 def test_real_tokenizer_phi3(source_conversations):
+    """The real Phi-3: its own (untagged) template with <|end|> declared; the tagged copy exactly."""
     from databuild.encode.render import load_tokenizer
 
     phi3 = load_tokenizer(PHI3)
-    for cid, messages in source_conversations[:80]:
-        out = encode(phi3, messages, "assistant", None, cid)
-        expected = [content + "<|end|>" for role, content in messages if role == "assistant" and content]
-        assert supervised_runs(phi3, out.input_ids, out.loss_mask) == expected, cid
+    for cid, msgs in source_conversations[:80]:
+        out = encode(phi3, msgs, "assistant", None, cid, end_of_turn=("<|end|>",))
+        expected = [m["content"] + "<|end|>" for m in msgs if m["role"] == "assistant"]
+        runs = supervised_runs(phi3, out.input_ids, out.loss_mask)
+        assert [r.replace("<|end|>\n", "<|end|>") for r in runs] == [e for e in expected if e], cid
         assert out.input_ids[-1] == phi3.eos_token_id  # its template ends with EOS: the packer reuses it
+        assert agrees_or_refuses(phi3, msgs, "phi3", tagged=True) == "equal"
+        assert agrees_or_refuses(phi3, msgs, "phi3", tagged=False) in ("equal", "mask_error")
 
 
-@pytest.mark.parametrize("text", ["ab \U0001F600<|end|>", "x \u00e9\U0001F469\u200d\U0001F4BB<|end|>"])
-def test_span_edges_follow_the_overlap_rule(tokenizer, text):
-    """A span ending inside a character split over several byte tokens still covers all of them:
-    the same tokens as transformers' rule over every token's offsets."""
-    from databuild.encode.masks import spans_to_mask
+@pytest.mark.parametrize("text", ["ab \U0001F600<|end|>", "x \u00e9\U0001F469\u200d\U0001F4BB<|end|>",
+                                  "a\n\nb  c<|end|>"])
+def test_spans_follow_transformers_overlap_rule(tokenizer, text):
+    """Spans ending inside a character split over several byte tokens, empty spans inside a token, and
+    spans out of order: the same tokens as transformers' own loop over every token's offsets."""
+    from databuild.encode.masks import _transformers_loop, spans_to_mask
 
     encoding = tokenizer.backend_tokenizer.encode(text, add_special_tokens=False)
     end = text.index("<|end|>")
-    for span in [(0, end), (1, end - 1), (end - 1, end), (2, len(text))]:
-        expected = [int(a < span[1] and b > span[0]) for a, b in encoding.offsets]
-        assert spans_to_mask([span], encoding, len(encoding.ids)).tolist() == expected, span
-
-
-@pytest.mark.parametrize("text, content, place", [
-    ("u: hi<|end|>a: hello<|end|>", "hello", 15),
-    ("u: hello<|end|>a: hello<|end|>", "hello", -1),  # twice
-    ("aaa", "aa", -1),  # twice, overlapping
-    ("u: " + "x" * 40 + "1 a: " + "x" * 40 + "2", "x" * 40 + "2", -1),  # its first 32 characters twice
-    ("u: hi", "hello", -1),
-])
-def test_only_place_is_the_place_of_a_unique_occurrence(text, content, place):
-    assert _only_place(text, content) == place
+    cases = [[(0, end)], [(1, end - 1)], [(end - 1, end)], [(2, len(text))], [(2, 2)], [(1, 2), (3, 3), (4, 6)],
+             [(0, end), (1, 2)], [(3, 3)]]
+    for spans in cases:
+        expected = [int(any(a < e and b > s for s, e in spans)) for a, b in encoding.offsets]
+        if all(f[0] >= p[1] for p, f in zip(spans, spans[1:])):
+            assert spans_to_mask(spans, encoding, len(encoding.ids)).tolist() == expected, spans
+        assert spans_to_mask(spans, encoding, len(encoding.ids)).tolist() == \
+            _transformers_loop(spans, encoding.offsets, len(encoding.ids)).tolist(), spans
 
 
 def test_a_machine_limit_stops_the_build_rather_than_skipping(tokenizer):

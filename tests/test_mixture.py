@@ -146,7 +146,7 @@ def test_rows_without_an_id_get_file_and_row(tmp_path):
     with prepare(load_config(tmp_path / "mix.yaml"), offline=True) as prepared:
         for conversation in list(prepared.conversations())[:20]:
             row = int(conversation.id.rsplit("#", 1)[1])
-            assert conversation.messages == tuple((m["role"], m["content"]) for m in rows[row]["messages"])
+            assert conversation.messages == tuple({"content": m["content"], "role": m["role"]} for m in rows[row]["messages"])
 
 
 def test_take_is_what_datasets_selects():

@@ -97,3 +97,10 @@ def test_a_row_continues_a_conversation_begun_in_a_skipped_row():
     assert [r.continues for r in at_start] == [False, False]  # c1 begins exactly where row 1 does
     inside, _ = rows_of([conv(0, [1, 2], [1, 1]), conv(1, [4, 5, 6, 7, 8], [1] * 5)], 4)
     assert [r.continues for r in inside] == [False, True]
+
+
+def test_a_conversation_of_no_token_leaves_no_separator_and_no_segment():
+    rows, stats = rows_of([conv(0, [1, 2], [0, 1]), conv(1, [], []), conv(2, [], []), conv(3, [3, 4, 5], [1, 1, 1])], 3)
+    assert [r.input_ids.tolist() for r in rows] == [[1, 2, SEP], [3, 4, 5]]
+    assert [r.conversation_ids for r in rows] == [("c0",), ("c3",)]
+    assert (stats.empty_renders, stats.conversations_read, stats.separators_inserted) == (2, 2, 1)

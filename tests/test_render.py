@@ -6,17 +6,18 @@ import sys
 
 import pytest
 
+from conftest import messages
 from databuild.errors import BuildError
 from databuild.encode.render import Renderer, pinned_strftime
 
-MESSAGES = (("system", "Be kind."), ("user", "Hi"), ("assistant", "Hello"))
+MESSAGES = messages(("system", "Be kind."), ("user", "Hi"), ("assistant", "Hello"))
 CLOCK = "{{ strftime_now('%Y-%m-%d %A %d %B %Y') }}|{% for m in messages %}{{ m.content }}{% endfor %}"
 
 
 def test_same_text_as_apply_chat_template(tokenizer):
     kwargs = {"current_date": "2026-10-01", "reasoning_effort": "xhigh"}
     ours = Renderer.for_tokenizer(tokenizer, kwargs).render(MESSAGES)
-    theirs = tokenizer.apply_chat_template([{"role": r, "content": c} for r, c in MESSAGES], tokenize=False,
+    theirs = tokenizer.apply_chat_template(list(MESSAGES), tokenize=False,
                                            **kwargs)
     assert ours == theirs
     assert "Current date: 2026-10-01" in ours and "Reasoning: xhigh" in ours
@@ -42,7 +43,7 @@ def test_a_template_reading_the_clock_needs_a_pinned_date():
 def test_render_independent_of_zone_and_locale(env):
     code = ("import locale\ntry: locale.setlocale(locale.LC_ALL, '')\nexcept locale.Error: pass\n"
             "from databuild.encode.render import Renderer\n"
-            f"print(Renderer({CLOCK!r}, {{}}, {{'current_date': '2026-10-01'}}).render((('user', 'x'),)))")
+            f"print(Renderer({CLOCK!r}, {{}}, {{'current_date': '2026-10-01'}}).render(({{'content': 'x', 'role': 'user'}},)))")
     out = subprocess.run([sys.executable, "-c", code], env={**os.environ, **env}, capture_output=True, text=True,
                          check=True).stdout
     assert out.strip() == "2026-10-01 Thursday 01 October 2026|x"

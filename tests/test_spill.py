@@ -27,7 +27,7 @@ def source_rows(files):
     rows = []
     for file in files:
         for row in pq.read_table(file.path).to_pylist():
-            rows.append((row["id"], tuple((m["role"], m["content"]) for m in row["messages"])))
+            rows.append((row["id"], tuple(row["messages"])))
     return rows
 
 

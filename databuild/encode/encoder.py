@@ -1,8 +1,10 @@
 """Tokenize stage: render, tokenize once whole, mask; batched through the tokenizer's Rust threads.
 
-The rendered text is encoded without special tokens of the tokenizer's own (no double BOS), the way
-`apply_chat_template(tokenize=True)` encodes it. Batches are pure functions of their conversations,
-so worker processes change only the speed, never the output: results come back in batch order.
+The rendered text is encoded the way `apply_chat_template(tokenize=True)` encodes it: without special
+tokens of the tokenizer's own (no double BOS), with the truncation and padding a tokenizer.json may
+carry switched off, and special-token text in messages read as the special token. Batches are pure
+functions of their conversations, so worker processes change only the speed, never the output:
+results come back in batch order.
 """
 
 from __future__ import annotations
@@ -19,9 +21,13 @@ from typing import Callable, Iterable, Iterator
 import numpy as np
 
 from ..errors import BuildError
-from ..encode.masks import STRATEGIES, MaskError, place_assistant_contents, spans_to_mask
+from ..encode.masks import STRATEGIES, spans_to_mask
+from ..encode.placement import MaskError, place_fields
 from ..encode.render import Renderer
 from ..sources.reader import Conversation, Problem
+
+
+Rendered = tuple[str, "list[tuple[int, int]] | None"]  # the text, and its generation spans when tracked
 
 
 @dataclass(frozen=True)
@@ -33,18 +39,41 @@ class TokenizedConversation:
     input_ids: np.ndarray  # int32
     loss_mask: np.ndarray  # int8, 1 = target
     problem: Problem | None = None  # when it cannot be built; no tokens then
+    empty_assistant_turns: int = 0  # assistant messages whose content is ""
+
+
+def switch_off_truncation_and_padding(backend) -> dict:
+    """What apply_chat_template does before every encode (its truncation=False, padding=False), done once:
+    a tokenizer.json's own `truncation` or `padding` block would cut conversations, insert pad tokens,
+    and make the rows depend on the batch size. Returns the blocks found, for the manifest."""
+    found = {name: block for name, block in (("truncation", backend.truncation), ("padding", backend.padding))
+             if block is not None}
+    backend.no_truncation()
+    backend.no_padding()
+    backend.encode_special_tokens = False  # transformers' split_special_tokens=False
+    return found
+
+
+def end_of_turn_tokens(tokenizer, configured: Iterable[str], special: set[str]) -> frozenset[str]:
+    """The tokens the `assistant` strategy accepts as closing a turn: EOS, and the config's end_of_turn."""
+    for token in configured:
+        if token not in special:
+            raise BuildError(f"key 'end_of_turn' = {token!r}: not a special token of the tokenizer")
+    return frozenset(configured) | ({tokenizer.eos_token} if tokenizer.eos_token else set())
 
 
 class Encoder:
     """Render + tokenize + mask for one batch; holds only picklable state for worker processes."""
 
-    def __init__(self, tokenizer, renderer: Renderer, loss_mask: str):
+    def __init__(self, tokenizer, renderer: Renderer, loss_mask: str, end_of_turn: Iterable[str] = ()):
         self.renderer = renderer
         self.loss_mask = loss_mask
         special = {t.content for t in tokenizer.added_tokens_decoder.values() if t.special}
         # longest first: where one special token is a prefix of another, the longer one is the match
         self.special_tokens = re.compile("|".join(re.escape(t) for t in sorted(special, key=lambda t: (-len(t), t))))
+        self.end_of_turn = end_of_turn_tokens(tokenizer, end_of_turn, special)
         self._backend = tokenizer.backend_tokenizer
+        self.switched_off = switch_off_truncation_and_padding(self._backend)
 
     def __getstate__(self):
         state = {k: v for k, v in self.__dict__.items() if k != "_backend"}
@@ -56,14 +85,16 @@ class Encoder:
         self.__dict__.update({k: v for k, v in state.items() if k != "backend_json"})
         self._backend = Tokenizer.from_str(state["backend_json"])
 
-    def render(self, batch: list[Conversation]) -> list[str | Problem]:
+    def render(self, batch: list[Conversation]) -> list[Rendered | Problem]:
         return [self._render(c) for c in batch]
 
-    def _render(self, conversation: Conversation) -> str | Problem:
+    def _render(self, conversation: Conversation) -> Rendered | Problem:
         if conversation.problem is not None:
             return conversation.problem
         try:
-            return self.renderer.render(conversation.messages)
+            if self.loss_mask == "assistant" and self.renderer.has_generation_tags(conversation.tools):
+                return self.renderer.render_tracked(conversation.messages, conversation.tools)
+            return self.renderer.render(conversation.messages, conversation.tools), None
         except BuildError:  # the config's fault (e.g. no pinned date), not this conversation's
             raise
         except MACHINE_LIMITS as exc:
@@ -71,34 +102,42 @@ class Encoder:
         except Exception as exc:  # the template is code from the tokenizer repo; it may refuse a conversation
             return Problem("template_error", f"the chat template raised {type(exc).__name__}: {exc}")
 
-    def tokenize(self, texts: list[str | Problem]) -> list:
+    def tokenize(self, rendered: list[Rendered | Problem]) -> list:
         """The Rust part: runs on the tokenizer's threads with the GIL released."""
-        return self._backend.encode_batch([t if isinstance(t, str) else "" for t in texts], add_special_tokens=False)
+        return self._backend.encode_batch(["" if isinstance(r, Problem) else r[0] for r in rendered],
+                                          add_special_tokens=False)
 
-    def finish(self, batch: list[Conversation], texts: list[str | Problem],
+    def spans(self, conversation: Conversation, text: str, generation: list | None) -> list[tuple[int, int]]:
+        """The strategy's spans: a tagged template's own, else from the proven places of the fields."""
+        if generation is not None:
+            return generation
+        placed = place_fields(conversation.messages, conversation.tools, text, self.renderer.render)
+        return STRATEGIES[self.loss_mask](conversation.messages, text, placed, self.special_tokens, self.end_of_turn)
+
+    def finish(self, batch: list[Conversation], rendered: list[Rendered | Problem],
                encodings: list) -> list[TokenizedConversation]:
-        strategy = STRATEGIES[self.loss_mask]
         out = []
-        for conversation, text, encoding in zip(batch, texts, encodings):
-            if isinstance(text, Problem):
-                out.append(_unbuildable(conversation, text))
+        for conversation, item, encoding in zip(batch, rendered, encodings):
+            if isinstance(item, Problem):
+                out.append(_unbuildable(conversation, item))
                 continue
             ids = np.fromiter(encoding.ids, dtype=np.int32, count=len(encoding))
             try:
-                placed = place_assistant_contents(conversation.messages, text, self.renderer.render)
-                spans = strategy(conversation.messages, text, placed, self.special_tokens)
+                spans = self.spans(conversation, *item)
             except MaskError as exc:
                 out.append(_unbuildable(conversation, Problem("mask_error", str(exc))))
                 continue
             except MACHINE_LIMITS as exc:
                 raise _machine_limit(conversation, exc) from None
+            empty = sum(1 for m in conversation.messages if m.get("role") == "assistant" and m.get("content") == "")
             out.append(TokenizedConversation(conversation.position, conversation.index, conversation.id,
-                                             conversation.source, ids, spans_to_mask(spans, encoding, len(ids))))
+                                             conversation.source, ids, spans_to_mask(spans, encoding, len(ids)),
+                                             empty_assistant_turns=empty))
         return out
 
     def encode_batch(self, batch: list[Conversation]) -> list[TokenizedConversation]:
-        texts = self.render(batch)
-        return self.finish(batch, texts, self.tokenize(texts))
+        rendered = self.render(batch)
+        return self.finish(batch, rendered, self.tokenize(rendered))
 
 
 # Where these strike depends on the thread's stack depth and the machine's memory, not on the
@@ -143,12 +182,12 @@ def _overlapped(conversations: Iterable[Conversation], encoder: Encoder,
     caller packs and writes it, so the cores are not left idle while either side works."""
     with ThreadPoolExecutor(max_workers=1) as pool:
         def submit(batch):
-            texts = encoder.render(batch)
-            return batch, texts, pool.submit(encoder.tokenize, texts)
+            rendered = encoder.render(batch)
+            return batch, rendered, pool.submit(encoder.tokenize, rendered)
 
         def result(item):
-            batch, texts, future = item
-            return encoder.finish(batch, texts, future.result())
+            batch, rendered, future = item
+            return encoder.finish(batch, rendered, future.result())
 
         yield from in_order(batches(conversations, batch_size), submit, result, 2)
 

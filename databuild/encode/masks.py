@@ -1,110 +1,75 @@
 """Loss-mask strategies: which tokens of a rendered conversation are training targets.
 
-Assistant contents are placed in the rendered text by character offsets (place_assistant_contents:
-exact even where a content also occurs elsewhere in the text); a strategy turns them into spans, and
-every token whose character range overlaps a span is marked (the rule transformers uses for
-`return_assistant_tokens_mask`). A strategy that cannot place or close a span raises MaskError,
-naming the message: no build trains on a mask it could not justify (the build names the conversation).
+A strategy turns the render into character spans, and every token whose character range overlaps a
+span is marked: transformers' rule for `return_assistant_tokens_mask`. A strategy that cannot place or
+close a span raises MaskError, naming the message: no build trains on a mask it could not justify.
 
-- `assistant`: template-agnostic. Each non-empty assistant content, plus the special token the
-  template writes right after it (its end-of-turn marker), which must be there.
+- `assistant`: on a template with `{% generation %}` tags, exactly the tagged spans (the encoder
+  records them as transformers does: the template author's declaration, empty answers included).
+  Without tags, from the proven places of each assistant message's fields (placement.py): from its
+  first written field to the end of the first special token after its last one, which must be a
+  declared end-of-turn token (the tokenizer's EOS or the config's `end_of_turn`); the text before
+  that token may not hold a later message's field or content.
 - `muse_spark`: harmony-style templates. Each non-empty assistant content written as
   `<|start|>assistant<|channel|>final<|message|>CONTENT` and closed by `<|end|>`, or by
   `<|return|>` when it is the conversation's last message; the content and that closing token.
-
-Empty assistant content supervises nothing: the turn stays in the stream, unsupervised.
+  Empty content supervises nothing.
 """
 
 from __future__ import annotations
 
 import re
+from itertools import groupby
 from typing import Callable
 
 import numpy as np
 
-from ..errors import BuildError
+from .placement import Placed, fail
 
 Spans = list[tuple[int, int]]
-Placed = list[tuple[int, int, int]]  # (message index, start, end) of each non-empty assistant content
 MUSE_ASSISTANT_HEADER = "<|start|>assistant<|channel|>final<|message|>"
-SENTINEL = "\ue000{}\ue001"  # private-use characters: never written by a template
 
 
-class MaskError(BuildError):
-    pass
-
-
-def _fail(message_index: int, why: str) -> MaskError:
-    return MaskError(f"assistant message {message_index}: {why}")
-
-
-def place_assistant_contents(messages, text: str, render: Callable[[tuple], str]) -> Placed:
-    """Where the template wrote each non-empty assistant content, in character offsets of text.
-
-    When every content occurs exactly once in the text, in message order, that is its place. Otherwise
-    (short answers, echoes of the user, words the template also writes) the conversation is rendered
-    again with each assistant content replaced by a unique sentinel: the sentinels' places, shifted by
-    the length differences, are the contents' places, and substituting the contents back must give the
-    rendered text exactly, or the template does not write assistant contents verbatim and we raise.
-    """
-    wanted = [i for i, (role, content) in enumerate(messages) if role == "assistant" and content]
-    if not wanted:
-        return []
-    found = [_only_place(text, messages[i][1]) for i in wanted]
-    if all(f >= 0 for f in found) and \
-            all(found[k] + len(messages[wanted[k]][1]) <= found[k + 1] for k in range(len(found) - 1)):
-        return [(i, f, f + len(messages[i][1])) for i, f in zip(wanted, found)]
-    sentinels = {i: SENTINEL.format(i) for i in wanted}
-    try:
-        marked = render(tuple((role, sentinels.get(i, content)) for i, (role, content) in enumerate(messages)))
-    except (BuildError, RecursionError, MemoryError):  # the config's or the machine's, not the conversation's
-        raise
-    except Exception as exc:  # the template rendered the real contents, so it objects to the placeholders
-        raise _fail(wanted[0], f"the template refuses placeholder contents ({type(exc).__name__}: {exc})") from None
-    placed, pieces, cursor, shift = [], [], 0, 0
-    for i in wanted:
-        at = marked.find(sentinels[i], cursor)
-        if at < 0 or marked.find(sentinels[i], at + 1) >= 0:
-            raise _fail(i, "the template does not write its content exactly once, verbatim")
-        content = messages[i][1]
-        placed.append((i, at + shift, at + shift + len(content)))
-        pieces += [marked[cursor:at], content]
-        cursor = at + len(sentinels[i])
-        shift += len(content) - len(sentinels[i])
-    if "".join(pieces) + marked[cursor:] != text:
-        raise _fail(wanted[0], "the rendered text depends on assistant content in a way character spans "
-                               "cannot follow")
-    return placed
-
-
-def _only_place(text: str, content: str, probe_chars: int = 32) -> int:
-    """Where content occurs in text when a cheap test proves it occurs there only, else -1 (the caller
-    then places it by sentinels). Every occurrence of content starts with an occurrence of its first
-    characters, so one place for those, with content there, is the one place for content; searching
-    for a short probe is about twice as fast as for the whole."""
-    probe = content[:probe_chars]
-    at = text.find(probe)
-    return at if at >= 0 and text.startswith(content, at) and text.find(probe, at + 1) < 0 else -1
-
-
-def assistant_spans(messages, text: str, placed: Placed, special_tokens: re.Pattern) -> Spans:
+def assistant_spans(messages, text: str, placed: list[Placed], special_tokens: re.Pattern,
+                    end_of_turn: frozenset[str]) -> Spans:
     spans: Spans = []
-    for index, start, end in placed:
-        closing = special_tokens.match(text, end)
-        if closing is None:
-            raise _fail(index, "no end-of-turn special token right after its content")
-        spans.append((start, closing.end()))
+    groups = [list(g) for _, g in groupby(sorted(placed, key=lambda p: p.start), key=lambda p: p.message)]
+    if len({g[0].message for g in groups}) < len(groups):
+        raise fail(groups[0][0].message, "the template interleaves the fields of two assistant messages")
+    for k, fields in enumerate(groups):
+        index, last = fields[0].message, fields[-1].end
+        closing = special_tokens.search(text, last)
+        if closing is None or closing.group() not in end_of_turn:
+            found = f"'{closing.group()}'" if closing else "none"
+            raise fail(index, f"the first special token after it ({found}) is not a declared end of turn "
+                              f"({', '.join(sorted(end_of_turn))}; the config's end_of_turn adds more)")
+        if k + 1 < len(groups) and groups[k + 1][0].start < closing.end():
+            raise fail(index, "its end-of-turn token comes after the next assistant message")
+        gap = text[last:closing.start()]
+        later = [j for j in range(index + 1, len(messages)) if messages[j].get("role") != "assistant"
+                 and isinstance(messages[j].get("content"), str) and messages[j]["content"]
+                 and messages[j]["content"] in gap]
+        if later:
+            raise fail(index, f"message {later[0]} stands between its last field and its end-of-turn token")
+        spans.append((fields[0].start, closing.end()))
     return spans
 
 
-def muse_spark_spans(messages, text: str, placed: Placed, special_tokens: re.Pattern) -> Spans:
+def muse_spark_spans(messages, text: str, placed: list[Placed], special_tokens: re.Pattern,
+                     end_of_turn: frozenset[str]) -> Spans:
     spans: Spans = []
     last = len(messages) - 1
-    for index, start, end in placed:
+    contents = {p.message: p for p in placed if p.kind == "content"}
+    for index, message in enumerate(messages):
+        if message.get("role") != "assistant" or not message.get("content"):
+            continue
         closing = "<|return|>" if index == last else "<|end|>"
+        if index not in contents:
+            raise fail(index, "the template does not write its content exactly once, verbatim")
+        start, end = contents[index].start, contents[index].end
         if not text.startswith(closing, end) or text[max(0, start - len(MUSE_ASSISTANT_HEADER)):start] != \
                 MUSE_ASSISTANT_HEADER:
-            raise _fail(index, f"not written as '{MUSE_ASSISTANT_HEADER}CONTENT{closing}' (not a harmony template?)")
+            raise fail(index, f"not written as '{MUSE_ASSISTANT_HEADER}CONTENT{closing}' (not a harmony template?)")
         spans.append((start, end + len(closing)))
     return spans
 
@@ -116,22 +81,46 @@ STRATEGIES: dict[str, Callable[..., Spans]] = {
 
 
 def spans_to_mask(spans: Spans, encoding, n_tokens: int) -> np.ndarray:
-    """1 for every token whose character range overlaps a span, else 0 (int8).
+    """1 for every token whose character range [ts, te) overlaps a span [start, end), i.e.
+    ts < end and te > start (an empty span marks a token strictly around it), else 0 (int8).
 
-    The tokens overlapping [start, end) are a contiguous run: from the first token holding a
-    character of the span, to the last token that starts before `end` (a character that byte
-    fallback splits into several tokens maps to the first of them, so the run is extended over the
-    rest). Asking the tokenizer's own char/token maps at the span edges costs O(spans), where
-    reading every token's offsets back into Python would cost O(tokens).
+    For spans in order and disjoint (every strategy's, and every template's but one that nests
+    generation blocks), the tokens overlapping a span are a contiguous run: from the first token holding
+    a character of the span, to the last token that starts before `end` (a character that byte fallback
+    splits into several tokens maps to the first of them, so the run is extended over the rest). Asking
+    the tokenizer's own char/token maps at the span edges costs O(spans), where reading every token's
+    offsets back into Python would cost O(tokens). Other spans take transformers' loop as it is.
     """
+    if any(following[0] < previous[1] for previous, following in zip(spans, spans[1:])):
+        return _transformers_loop(spans, encoding.offsets, n_tokens)
     mask = np.zeros(n_tokens, dtype=np.int8)
     char_to_token, token_to_chars = encoding.char_to_token, encoding.token_to_chars
     for start, end in spans:
-        first = next((t for c in range(start, end) if (t := char_to_token(c)) is not None), None)
+        if start == end:
+            around = char_to_token(start)
+            first = around if around is not None and token_to_chars(around)[0] < start else None
+            last, end = first, start
+        else:
+            first = next((t for c in range(start, end) if (t := char_to_token(c)) is not None), None)
+            last = None if first is None else \
+                next(t for c in range(end - 1, start - 1, -1) if (t := char_to_token(c)) is not None)
         if first is None:
             continue
-        last = next(t for c in range(end - 1, start - 1, -1) if (t := char_to_token(c)) is not None)
         while last + 1 < n_tokens and (chars := token_to_chars(last + 1)) is not None and chars[0] < end:
             last += 1
         mask[first:last + 1] = 1
+    return mask
+
+
+def _transformers_loop(spans: Spans, offsets, n_tokens: int) -> np.ndarray:
+    """apply_chat_template's own loop (transformers 5.24, tokenization_utils_base.py), token by token."""
+    mask = np.zeros(n_tokens, dtype=np.int8)
+    k = 0
+    for token, (token_start, token_end) in enumerate(offsets):
+        while k < len(spans) and token_start >= spans[k][1]:
+            k += 1
+        if k == len(spans):
+            break
+        if token_end > spans[k][0]:
+            mask[token] = 1
     return mask

@@ -1,15 +1,19 @@
 """Render stage: the tokenizer's chat template applied as a training render, with the clock pinned.
 
 The template runs in transformers' own sandboxed Jinja environment (the one `apply_chat_template`
-uses), with the same variables: the messages, the tokenizer's special tokens, the config's
+uses), with the same variables: the messages as transformers prepares them, `tools` (the
+conversation's, else None), `documents=None`, the tokenizer's special tokens, the config's
 `template_kwargs`, and no generation prompt. One thing differs: `strftime_now`, which transformers
 binds to the wall clock, is bound to the pinned `current_date` (midnight UTC), so a render never
-depends on the day, time or time zone it runs in.
+depends on the day, time or time zone it runs in. A render can also return the character spans of
+the template's `{% generation %}` blocks, recorded by transformers' own tracker.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -58,6 +62,31 @@ def load_tokenizer(directory: Path):
     return tokenizer
 
 
+# transformers' own test for a template with assistant masks (render_jinja_template)
+GENERATION_TAG = re.compile(r"\{\%-?\s*generation\s*-?\%\}")
+PLAIN_KEYS = frozenset(("content", "role"))
+
+
+def chat_templates(tokenizer) -> dict[str, str]:
+    """The tokenizer's chat templates by name, as transformers loaded them: one unnamed template is
+    'default'; a tokenizer_config.json list of {name, template}, or an additional_chat_templates/
+    folder, gives several."""
+    templates = tokenizer.chat_template
+    return {"default": templates} if isinstance(templates, str) else dict(templates or {})
+
+
+def template_messages(messages) -> list[dict]:
+    """The messages as apply_chat_template hands them to the template: keys whose value is None
+    dropped, a plain copy, reasoning aliased (`thinking` and `reasoning_content`), by transformers' own
+    functions. Messages of plain string role and content (the Tulu schema) are that already."""
+    if all(type(v) is str and k in PLAIN_KEYS for m in messages for k, v in m.items()):
+        return list(messages)
+    from transformers.utils.chat_template_utils import (_alias_reasoning_fields, _normalize_chat_messages,
+                                                        _plain_template_data)
+
+    return _alias_reasoning_fields(_plain_template_data(_normalize_chat_messages(list(messages))))
+
+
 @lru_cache(maxsize=8)
 def _compiled(chat_template: str, current_date: str | None):
     from transformers.utils.chat_template_utils import _compile_jinja_template
@@ -67,41 +96,84 @@ def _compiled(chat_template: str, current_date: str | None):
 
 
 class Renderer:
-    """Renders conversations to text; picklable by (template, variables) for worker processes."""
+    """Renders conversations to text; picklable by (templates, variables) for worker processes.
 
-    def __init__(self, chat_template: str, special_tokens: dict[str, Any], template_kwargs: dict[str, Any]):
-        self.chat_template = chat_template
-        self.variables = {**special_tokens, **template_kwargs, "add_generation_prompt": False}
+    `templates` are the tokenizer's by name. With `name` (the config's chat_template_name) every
+    conversation renders with that one; without, transformers' choice: `tool_use` for a conversation
+    with tools when there is one, else `default`.
+    """
+
+    def __init__(self, templates: dict[str, str] | str, special_tokens: dict[str, Any],
+                 template_kwargs: dict[str, Any], name: str | None = None):
+        templates = {"default": templates} if isinstance(templates, str) else dict(templates)
+        wanted = name or "default"
+        if wanted not in templates:
+            raise BuildError(f"the tokenizer has no chat template named {wanted!r} (it has: "
+                             f"{', '.join(sorted(templates))}); set chat_template_name in the config")
+        used = [wanted] if name or "tool_use" not in templates else [wanted, "tool_use"]
+        self.templates = {n: templates[n] for n in used}
+        self.tagged = {n: GENERATION_TAG.search(t) is not None for n, t in self.templates.items()}
+        self.name = name
+        self.variables = {**special_tokens, **template_kwargs, "add_generation_prompt": False, "documents": None}
         self.current_date = template_kwargs.get("current_date")
-        self._prepared = None  # (template, globals and variables merged), made once per process
+        self._prepared: dict[str, tuple] = {}  # name -> (template, globals and variables merged), per process
 
     @classmethod
-    def for_tokenizer(cls, tokenizer, template_kwargs: dict[str, Any]) -> Renderer:
-        return cls(tokenizer.chat_template, dict(tokenizer.special_tokens_map), template_kwargs)
+    def for_tokenizer(cls, tokenizer, template_kwargs: dict[str, Any], name: str | None = None) -> Renderer:
+        return cls(chat_templates(tokenizer), dict(tokenizer.special_tokens_map), template_kwargs, name)
+
+    def template_name(self, tools) -> str:
+        return self.name or ("tool_use" if tools is not None and "tool_use" in self.templates else "default")
+
+    def has_generation_tags(self, tools=None) -> bool:
+        return self.tagged[self.template_name(tools)]
+
+    def pins(self) -> dict[str, Any]:
+        """For the manifest: the configured name, and the sha256 of the text of each template used."""
+        return {"name": self.name, "sha256": {n: hashlib.sha256(t.encode("utf-8")).hexdigest()
+                                              for n, t in self.templates.items()}}
 
     def compile(self) -> None:
-        """Compile the template now: a template that does not compile is the config's error, found
+        """Compile the templates now: a template that does not compile is the config's error, found
         before the build starts, not an error of the first conversation rendered."""
         from jinja2 import TemplateError
 
-        try:
-            self._template()
-        except TemplateError as exc:
-            raise BuildError(f"the chat template does not compile: {type(exc).__name__}: {exc}")
+        for name in self.templates:
+            try:
+                self._template(name)
+            except TemplateError as exc:
+                raise BuildError(f"the chat template does not compile: {type(exc).__name__}: {exc}")
 
-    def _template(self):
-        if self._prepared is None:
-            template = _compiled(self.chat_template, self.current_date)
-            self._prepared = template, {**template.globals, **self.variables}
-        return self._prepared
+    def _template(self, name: str):
+        if name not in self._prepared:
+            template = _compiled(self.templates[name], self.current_date)
+            self._prepared[name] = template, {**template.globals, **self.variables}
+        return self._prepared[name]
 
-    def render(self, messages: tuple[tuple[str, str], ...]) -> str:
-        template, shared = self._template()
+    def _blocks(self, messages, tools):
+        template, shared = self._template(self.template_name(tools))
         # Template.render, less merging the globals into the variables on every call: with
         # shared=True the context takes the dict as it is.
-        context = template.new_context({**shared, "messages": [{"role": r, "content": c} for r, c in messages]},
+        if tools is not None:
+            from transformers.utils.chat_template_utils import _plain_template_data
+
+            tools = _plain_template_data(tools)
+        context = template.new_context({**shared, "messages": template_messages(messages), "tools": tools},
                                        shared=True)
-        return "".join(template.root_render_func(context))
+        return template, template.root_render_func(context)
+
+    def render(self, messages, tools=None) -> str:
+        return "".join(self._blocks(messages, tools)[1])
+
+    def render_tracked(self, messages, tools=None) -> tuple[str, list[tuple[int, int]]]:
+        """The text and the character spans of its `{% generation %}` blocks, in the order they close:
+        transformers' tracker, run as `apply_chat_template(return_assistant_tokens_mask=True)` runs it."""
+        template, blocks = self._blocks(messages, tools)
+        rendered, spans = [], []
+        with template.environment.activate_tracker(rendered, spans):
+            for block in blocks:
+                rendered.append(block)
+        return "".join(rendered), spans
 
     def __getstate__(self):
-        return {**self.__dict__, "_prepared": None}
+        return {**self.__dict__, "_prepared": {}}

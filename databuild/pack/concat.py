@@ -3,7 +3,8 @@
 Conversations follow each other in permutation order with exactly one separator token between
 consecutive ones: the inserted separator is never a target; a conversation whose render already
 ends with the separator token supplies it itself (and keeps its own mask there). The separator
-belongs to the conversation before it. The stream is cut into consecutive rows of exactly
+belongs to the conversation before it. A conversation that renders to no token at all is left out
+(no separator, no segment) and counted. The stream is cut into consecutive rows of exactly
 `row_tokens` tokens (no padding; a conversation longer than a row continues in the next); a row
 with no target token is skipped and counted. Each row's segments (seq_start_id) are the places
 where a conversation, or the continuation of one, starts.
@@ -33,6 +34,8 @@ class Row:
 @dataclass
 class PackStats:
     conversations_read: int = 0
+    empty_renders: int = 0  # conversations the template rendered to no token: left out
+    empty_assistant_turns: int = 0  # in the conversations read
     separators_inserted: int = 0
     rows_kept: int = 0
     rows_skipped_unsupervised: int = 0
@@ -98,7 +101,11 @@ def pack_rows(conversations: Iterable[TokenizedConversation], row_tokens: int, s
     segments = _Segments()
     previous_last: int | None = None
     for conversation in conversations:
+        if not len(conversation.input_ids):
+            stats.empty_renders += 1
+            continue
         stats.conversations_read += 1
+        stats.empty_assistant_turns += conversation.empty_assistant_turns
         if previous_last is not None and previous_last != separator_id:
             pieces_ids.append(separator_ids)
             pieces_mask.append(separator_mask)
@@ -108,7 +115,7 @@ def pack_rows(conversations: Iterable[TokenizedConversation], row_tokens: int, s
         pieces_ids.append(conversation.input_ids)
         pieces_mask.append(conversation.loss_mask)
         pending += len(conversation.input_ids)
-        previous_last = int(conversation.input_ids[-1]) if len(conversation.input_ids) else previous_last
+        previous_last = int(conversation.input_ids[-1])
         if pending < row_tokens:
             continue
         ids, mask = np.concatenate(pieces_ids), np.concatenate(pieces_mask)

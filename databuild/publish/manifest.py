@@ -44,9 +44,11 @@ def dumps(manifest: dict[str, Any]) -> str:
 def build_manifest(config: BuildConfig, inputs: ResolvedInputs, separator: str, sep_id: int, stats: PackStats,
                    skipped: list[BadConversation], malformed: list[BadConversation], rows_sha256: str,
                    row_digests: list[str], parquet_sha256: str, parquet_bytes: int, file_name: str,
-                   parquet_writer: dict[str, Any], *, segments_sha256: str) -> dict[str, Any]:
+                   parquet_writer: dict[str, Any], encoder_pins: dict[str, Any] | None = None, *,
+                   segments_sha256: str) -> dict[str, Any]:
     """The manifest of a finished build: every pin, count and version, nothing of the moment it ran."""
     total = stats.tokens_kept
+    encoder_pins = encoder_pins or {}
     return {
         "format": FORMAT,
         "name": config.name,
@@ -72,6 +74,8 @@ def build_manifest(config: BuildConfig, inputs: ResolvedInputs, separator: str, 
             "separator": {"token": separator, "id": sep_id},
             "on_bad_conversation": config.on_bad_conversation,
             "parquet_writer": parquet_writer,
+            "chat_template": encoder_pins.get("chat_template"),
+            "end_of_turn": encoder_pins.get("end_of_turn"),
         },
         "inputs": {
             "sources": [source_pins(source) for source in inputs.sources],
@@ -79,6 +83,7 @@ def build_manifest(config: BuildConfig, inputs: ResolvedInputs, separator: str, 
                 "repo": config.tokenizer.repo, "revision": config.tokenizer.revision,
                 "origin": "local" if config.tokenizer.dir else "hub",
                 "sha256": dict(inputs.tokenizer_hashes),
+                "switched_off": encoder_pins.get("tokenizer_json_switched_off", {}),
             },
         },
         "counts": {
@@ -88,6 +93,8 @@ def build_manifest(config: BuildConfig, inputs: ResolvedInputs, separator: str, 
             "conversations_skipped": {kind: sum(1 for b in skipped if b.kind == kind)
                                       for kind in ("malformed", "template_error", "mask_error")},
             "separators_inserted": stats.separators_inserted,
+            "empty_renders": stats.empty_renders,
+            "empty_assistant_turns": stats.empty_assistant_turns,
             "rows_skipped": {"no_supervised_token": stats.rows_skipped_unsupervised},
             "by_source": {source: {"conversations": stats.conversations_by_source[source],
                                    "tokens": stats.tokens_by_source[source]}

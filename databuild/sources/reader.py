@@ -38,12 +38,20 @@ class Problem(NamedTuple):
 
 @dataclass(frozen=True)
 class Conversation:
+    """One conversation as every stage from the spill on sees it, whatever the source's schema.
+
+    Each message is a dict of plain JSON values (str, int, float, bool, list, dict) in the source's key
+    order, the way `apply_chat_template` receives it: `role`, `content`, and what current SFT sets add
+    (`tool_calls`, `reasoning_content` / `thinking` / `reasoning`, `tool_call_id`, `name`, ...). `tools`
+    is the conversation's tool list (the template's `tools` variable), None when it has none.
+    """
     position: int  # place in the permuted stream
     index: int  # row in the concatenated source (files in sorted name order)
     id: str
     source: str
-    messages: tuple[tuple[str, str], ...]  # (role, content)
+    messages: tuple[dict, ...]
     problem: Problem | None = None  # when it cannot be built; no messages then
+    tools: list | None = None
 
 
 @dataclass(frozen=True)
@@ -124,10 +132,63 @@ def iter_batches(file: SourceFile) -> Iterator[tuple[int, pa.RecordBatch, dict[i
                          f"{exc}") from None
 
 
+def _invalid_utf8(strings: pa.Array) -> list[int]:
+    """Indices of the strings that are not valid UTF-8: one C++ pass when there are none (parquet
+    does not guarantee it, and Python would raise where it first decodes one)."""
+    try:
+        strings.validate(full=True)
+        return []
+    except pa.ArrowInvalid:
+        pass
+    raw = strings.view(pa.large_binary() if pa.types.is_large_string(strings.type) else pa.binary())
+    found = []
+    for i, value in enumerate(raw.to_pylist()):
+        try:
+            value is None or value.decode("utf-8")
+        except UnicodeDecodeError:
+            found.append(i)
+    return found
+
+
+def _text(strings: pa.Array, i: int) -> str | None:
+    """strings[i] as Python text, invalid UTF-8 bytes shown as escapes (for messages, never for rows)."""
+    raw = strings.view(pa.large_binary() if pa.types.is_large_string(strings.type) else pa.binary())[i].as_py()
+    return None if raw is None else raw.decode("utf-8", "backslashreplace")
+
+
+def _repaired(strings: pa.Array) -> pa.Array:
+    bad = set(_invalid_utf8(strings))
+    if not bad:
+        return strings
+    return pa.array([_text(strings, i) if i in bad else strings[i].as_py() for i in range(len(strings))],
+                    strings.type)
+
+
+def with_valid_utf8(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """The batch (in SOURCE_SCHEMA) with every invalid UTF-8 string replaced by its escaped text, so that
+    it can be spilled and read back; the check has marked those rows malformed, so nothing is built
+    from the replacement."""
+    try:
+        batch.validate(full=True)
+        return batch
+    except pa.ArrowInvalid:
+        pass
+    messages = batch.column("messages")
+    fields = messages.values
+    repaired = pa.StructArray.from_arrays([_repaired(child) for child in fields.flatten()],
+                                         names=["content", "role"], mask=fields.is_null())
+    messages = pa.ListArray.from_arrays(messages.offsets, repaired, mask=messages.is_null())
+    return pa.RecordBatch.from_arrays([_repaired(batch.column("id")), messages, _repaired(batch.column("source"))],
+                                      schema=SOURCE_SCHEMA)
+
+
 def _malformed_rows(batch: pa.RecordBatch) -> dict[int, str]:
     """Row (within the batch) to reason, computed column-wise: the whole source is checked in seconds."""
     bad: dict[int, str] = {}
     ids, messages = batch.column("id"), batch.column("messages")
+    for column in ("id", "source"):
+        for row in _invalid_utf8(batch.column(column)):
+            bad.setdefault(row, f"'{column}' is not valid UTF-8")
     for row in np.flatnonzero(pc.fill_null(pc.equal(pc.utf8_length(ids), 0), True).to_numpy(
             zero_copy_only=False)):
         bad.setdefault(int(row), "missing or empty id")
@@ -139,11 +200,16 @@ def _malformed_rows(batch: pa.RecordBatch) -> dict[int, str]:
         parent = pc.list_parent_indices(messages).to_numpy(zero_copy_only=False)
         starts = np.concatenate([[0], np.cumsum(lengths)])
         roles, contents = pc.struct_field(flat, "role"), pc.struct_field(flat, "content")
+        for field, values in (("role", roles), ("content", contents)):
+            for item in _invalid_utf8(values):
+                row = int(parent[item])
+                bad.setdefault(row, f"message {item - starts[row]}: {field} is not valid UTF-8")
         unknown = pc.invert(pc.fill_null(pc.is_in(roles, pa.array(ROLES)), False))
         for item in np.flatnonzero(unknown.to_numpy(zero_copy_only=False)):
             row = int(parent[item])
-            bad.setdefault(row, f"message {item - starts[row]}: unknown role {roles[item].as_py()!r} "
-                                f"(expected one of {', '.join(ROLES)})")
+            if row not in bad:
+                bad[row] = (f"message {item - starts[row]}: unknown role {_text(roles, item)!r} "
+                            f"(expected one of {', '.join(ROLES)})")
         for item in np.flatnonzero(pc.is_null(contents).to_numpy(zero_copy_only=False)):
             row = int(parent[item])
             bad.setdefault(row, f"message {item - starts[row]}: content is null, not a string")
@@ -155,5 +221,5 @@ def check_batch(file: SourceFile, offset: int, batch: pa.RecordBatch,
     """The batch's malformed rows (the batch starts at source row `offset`), in row order: those its
     format refused (`refused`, with the format's reason), then those the record's checks find."""
     bad = {**_malformed_rows(batch), **refused}
-    return [bad_conversation([file], offset + row, batch.column("id")[row].as_py() or "", bad[row], "malformed")
+    return [bad_conversation([file], offset + row, _text(batch.column("id"), row) or "", bad[row], "malformed")
             for row in sorted(bad)]

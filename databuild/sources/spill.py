@@ -23,7 +23,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc  # noqa: F401  (pa.ipc)
 
-from ..sources.reader import COLUMNS, BadConversation, Conversation, SourceFile, check_batch, iter_batches
+from ..sources.reader import (COLUMNS, BadConversation, Conversation, SourceFile, check_batch, iter_batches,
+                              with_valid_utf8)
 
 SPILL_THREADS = 2  # files decoded at once in a pass
 # Message bytes per token the first pass provides for: about twice what BPE tokenizers average
@@ -86,6 +87,7 @@ class Spill:
                 if check:
                     found += [bad for bad in check_batch(file, offset, batch, refused)
                               if positions[bad.index - offset] >= 0]
+                batch = with_valid_utf8(batch)  # those rows are malformed; they must still read back
                 rows = np.flatnonzero((positions >= start) & (positions < stop))
                 if not len(rows):
                     continue
@@ -126,10 +128,12 @@ def _read_bucket(path: Path) -> Iterator[Conversation]:
     messages = table.column("messages").combine_chunks()
     ends = np.cumsum(pc.fill_null(pc.list_value_length(messages), 0).to_numpy(zero_copy_only=False))
     flat = messages.flatten()
-    pairs = list(zip(pc.struct_field(flat, "role").to_pylist(), pc.struct_field(flat, "content").to_pylist()))
+    # The Tulu schema's key order, which `datasets` and apply_chat_template give the template.
+    dicts = [{"content": content, "role": role} for content, role in
+             zip(pc.struct_field(flat, "content").to_pylist(), pc.struct_field(flat, "role").to_pylist())]
     del table, messages, flat
     for k in np.argsort(positions, kind="stable"):
         yield Conversation(
             position=int(positions[k]), index=int(indices[k]), id=ids[k] or "", source=sources[k] or "",
-            messages=tuple(pairs[(ends[k - 1] if k else 0):ends[k]]),
+            messages=tuple(dicts[(ends[k - 1] if k else 0):ends[k]]),
         )

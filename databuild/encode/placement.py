@@ -1,0 +1,123 @@
+"""Where the template wrote each assistant field, proven: character offsets no strategy has to trust.
+
+The fields are the strings an assistant message carries: its reasoning (`reasoning_content`,
+`thinking`, `reasoning`), its `content`, and each tool call's function `name` and (string)
+`arguments`. The conversation is rendered a second time with every field replaced by a sentinel
+made of private-use characters absent from the rendered text; each sentinel the template writes must
+stand there exactly once, and putting the fields back in place of their sentinels must give the
+rendered text exactly. Only then are the sentinels' places, shifted by the length differences, the
+fields' places. A field whose sentinel the template does not write is not written (a template that
+drops earlier turns' reasoning); any other outcome raises MaskError naming the message.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Callable
+
+from ..errors import BuildError
+
+REASONING_KEYS = ("reasoning_content", "thinking", "reasoning")  # transformers' _REASONING_FIELDS
+PRIVATE_USE = range(0xE000, 0xF900)
+
+
+class MaskError(BuildError):
+    pass
+
+
+def fail(message_index: int, why: str) -> MaskError:
+    return MaskError(f"assistant message {message_index}: {why}")
+
+
+@dataclass(frozen=True)
+class Placed:
+    message: int
+    kind: str  # content, reasoning, tool_call
+    start: int
+    end: int
+
+
+def assistant_fields(messages) -> list[tuple[int, tuple, str]]:
+    """(message index, path within the message, text) of every string field of every assistant message."""
+    fields = []
+    for index, message in enumerate(messages):
+        if message.get("role") != "assistant":
+            continue
+        fields += [(index, (key,), message[key]) for key in REASONING_KEYS if isinstance(message.get(key), str)]
+        if isinstance(message.get("content"), str):
+            fields.append((index, ("content",), message["content"]))
+        calls = message.get("tool_calls")
+        for k, call in enumerate(calls if isinstance(calls, list) else ()):
+            # OpenAI's {"type": "function", "function": {...}}, or the function itself as some sets store it
+            inner = ("function",) if isinstance(call, dict) and isinstance(call.get("function"), dict) else ()
+            function = call["function"] if inner else call
+            for key in ("name", "arguments"):
+                if isinstance(function, dict) and isinstance(function.get(key), str):
+                    fields.append((index, ("tool_calls", k, *inner, key), function[key]))
+    return fields
+
+
+def _kind(path: tuple) -> str:
+    return "reasoning" if path[0] in REASONING_KEYS else "content" if path[0] == "content" else "tool_call"
+
+
+def _marks(text: str, count: int) -> list[str]:
+    """Sentinels made of two private-use characters the text does not hold."""
+    opening, closing = "\ue000", "\ue001"
+    if opening in text or closing in text:
+        present = set(text)
+        opening, closing = [chr(c) for c in PRIVATE_USE if chr(c) not in present][:2]
+    return [f"{opening}{k}{closing}" for k in range(count)]
+
+
+def _with_marks(messages, fields, marks) -> tuple[dict, ...]:
+    """A copy of the messages with each field replaced by its sentinel (the caller's are never touched)."""
+    out = list(messages)
+    nested = {index for index, path, _ in fields if len(path) > 1}
+    for index in {index for index, _, _ in fields}:
+        out[index] = copy.deepcopy(messages[index]) if index in nested else dict(messages[index])
+    for (index, path, _), mark in zip(fields, marks):
+        target = out[index]
+        for step in path[:-1]:
+            target = target[step]
+        target[path[-1]] = mark
+    return tuple(out)
+
+
+def place_fields(messages, tools, text: str, render: Callable[..., str]) -> list[Placed]:
+    """The place of every assistant field the template writes, in text order; raises MaskError
+    unless the render is reproduced exactly from those places."""
+    fields = assistant_fields(messages)
+    if not fields:
+        return []
+    marks = _marks(text, len(fields))
+    try:
+        marked = render(_with_marks(messages, fields, marks), tools)
+    except (BuildError, RecursionError, MemoryError):  # the config's or the machine's, not the conversation's
+        raise
+    except Exception as exc:  # the template rendered the real fields, so it objects to the placeholders
+        raise fail(fields[0][0], f"the template refuses placeholder contents ({type(exc).__name__}: {exc})") from None
+    found = []
+    for k, mark in enumerate(marks):
+        at = marked.find(mark)
+        if at >= 0 and marked.find(mark, at + 1) >= 0:
+            raise fail(fields[k][0], f"the template writes its {_kind(fields[k][1])} more than once")
+        if at >= 0:
+            found.append((at, k))
+    placed, cursor, shift = [], 0, 0
+    for at, k in sorted(found):
+        index, path, value = fields[k]
+        piece = marked[cursor:at]
+        if not text.startswith(piece, cursor + shift) or not text.startswith(value, at + shift):
+            raise _not_verbatim(index)
+        placed.append(Placed(index, _kind(path), at + shift, at + shift + len(value)))
+        cursor = at + len(marks[k])
+        shift += len(value) - len(marks[k])
+    if text[cursor + shift:] != marked[cursor:]:
+        raise _not_verbatim(fields[sorted(found)[-1][1]][0] if found else fields[0][0])
+    return placed
+
+
+def _not_verbatim(index: int) -> MaskError:
+    return fail(index, "the rendered text depends on assistant content in a way character spans cannot follow")
