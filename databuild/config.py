@@ -51,6 +51,10 @@ class BuildConfig:
     template_kwargs: tuple[tuple[str, Any], ...] = ()
     separator: str | None = None  # a token string; None means the tokenizer's EOS token
     on_bad_conversation: str = "error"
+    packing: str = "concat"  # a policy of databuild/pack/policy.py's POLICIES
+    packing_window: int | None = None  # bfd: conversations packed together (None under concat)
+    overlong: str | None = None  # bfd: what a conversation longer than a row gets
+    pad_token: str | None = None  # bfd: a token string; None means the tokenizer's pad token, else the separator
     path: Path | None = field(default=None, compare=False)
 
     @property
@@ -138,7 +142,32 @@ def _reject_unknown(raw: dict, known: set[str], where: str) -> None:
 
 
 TOP_KEYS = {"name", "description", "source", "tokenizer", "template_kwargs", "loss_mask", "seed",
-            "row_tokens", "rows", "separator", "on_bad_conversation"}
+            "row_tokens", "rows", "separator", "on_bad_conversation", "packing", "packing_window", "overlong",
+            "pad_token"}
+PADDING_KEYS = ("packing_window", "overlong", "pad_token")  # meaningful only for a policy that pads
+
+
+def packing_keys(raw: dict, where: str) -> dict[str, Any]:
+    from .pack.policy import DEFAULT_PACKING_WINDOW, DEFAULT_POLICY, OVERLONG_POLICIES, POLICIES
+
+    policy = _take(raw, "packing", str, where, DEFAULT_POLICY)
+    if policy not in POLICIES:
+        raise _fail(where, "packing", policy, f"known policies: {', '.join(sorted(POLICIES))}")
+    if policy == "concat":
+        for key in PADDING_KEYS:
+            if key in raw:
+                raise _fail(where, key, raw[key], "applies to a policy that pads (packing: bfd), not to concat")
+        return {"packing": policy}
+    window = _take(raw, "packing_window", int, where, DEFAULT_PACKING_WINDOW)
+    if window <= 0:
+        raise _fail(where, "packing_window", window, "must be positive")
+    overlong = _take(raw, "overlong", str, where, "drop")
+    if overlong not in OVERLONG_POLICIES:
+        raise _fail(where, "overlong", overlong, f"expected one of {', '.join(OVERLONG_POLICIES)}")
+    pad_token = _take(raw, "pad_token", str, where, None)
+    if pad_token == "":
+        raise _fail(where, "pad_token", "", "name a token, or leave the key out for the tokenizer's pad token")
+    return {"packing": policy, "packing_window": window, "overlong": overlong, "pad_token": pad_token}
 
 
 def load_config(path: str | os.PathLike) -> BuildConfig:
@@ -181,6 +210,7 @@ def load_config(path: str | os.PathLike) -> BuildConfig:
         rows=_take(raw, "rows", int, where),
         separator=_take(raw, "separator", str, where, None),
         on_bad_conversation=policy,
+        **packing_keys(raw, where),
         path=path.resolve(),
     )
     if not re.match(r"^[A-Za-z0-9._-]+$", config.name):

@@ -135,7 +135,8 @@ def verify(parquet: Path, expected: Expected) -> Report:
     found = {"parquet_sha256": digest, "parquet_bytes": size}
     if summary is not None:
         found.update(rows_sha256=summary.rows_sha256, rows=summary.rows, row_tokens=summary.row_tokens,
-                     supervised_token_ratio=summary.supervised_token_ratio, padding_tokens=0)
+                     supervised_token_ratio=summary.supervised_token_ratio,
+                     padding_tokens=summary.padding_tokens)
     for expectation in expected.checks:
         if expectation.field not in found:
             continue  # the rows could not be read: already reported

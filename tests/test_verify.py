@@ -178,9 +178,13 @@ def _with_row(row: int, **values):
 
 
 @pytest.mark.parametrize("change, message", [
-    (_with_row(3, loss_mask=[None] + [0] * 511), "row 3: column 'loss_mask' holds a null or empty value"),
+    (_with_row(3, loss_mask=[None] + [0] * 511), "row 3: column 'loss_mask' holds a null value"),
     (_with_row(0, input_ids=None), "row 0: column 'input_ids' is null"),
-    (_with_row(7, conversation_ids=[""]), "row 7: column 'conversation_ids' holds a null or empty value"),
+    (_with_row(7, conversation_ids=[None]), "row 7: column 'conversation_ids' holds a null, or an empty id before"),
+    (_with_row(7, seq_start_id=[0, 9], conversation_ids=["", "x"]),
+     "row 7: column 'conversation_ids' holds a null, or an empty id before its last segment"),
+    (_with_row(7, seq_start_id=[0, 9], conversation_ids=["x", ""]),
+     "row 7: its padding segment (conversation id \"\") holds a target"),
 ])
 def test_nulls_and_empty_ids_are_refused_before_hashing(copy, change, message):
     """numpy reads a null as NaN, which hashes and compares like a number: refused before."""

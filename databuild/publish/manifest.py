@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ..config import BuildConfig
     from ..inputs.hub import ResolvedInputs
-    from ..pack.concat import PackStats
+    from ..pack.policy import Packing
+    from ..pack.rows import PackStats
     from ..sources.reader import BadConversation
 
 FORMAT = "databuild-manifest/1"
@@ -41,7 +42,7 @@ def dumps(manifest: dict[str, Any]) -> str:
     return json.dumps(manifest, indent=2, sort_keys=False, ensure_ascii=False) + "\n"
 
 
-def build_manifest(config: BuildConfig, inputs: ResolvedInputs, separator: str, sep_id: int, stats: PackStats,
+def build_manifest(config: BuildConfig, inputs: ResolvedInputs, packing: Packing, stats: PackStats,
                    skipped: list[BadConversation], malformed: list[BadConversation], rows_sha256: str,
                    row_digests: list[str], parquet_sha256: str, parquet_bytes: int, file_name: str,
                    parquet_writer: dict[str, Any]) -> dict[str, Any]:
@@ -57,7 +58,7 @@ def build_manifest(config: BuildConfig, inputs: ResolvedInputs, separator: str, 
             "parquet_bytes": parquet_bytes,
             "rows": stats.rows_kept,
             "row_tokens": config.row_tokens,
-            "padding_tokens": 0,
+            "padding_tokens": stats.padding_tokens,
             "tokens": total,
             "supervised_tokens": stats.supervised_tokens_kept,
             "supervised_token_ratio": stats.supervised_tokens_kept / total if total else 0.0,
@@ -67,9 +68,10 @@ def build_manifest(config: BuildConfig, inputs: ResolvedInputs, separator: str, 
             "seed": config.seed,
             "permutation": "numpy.random.default_rng(seed).permutation(source_conversations)",
             "template_kwargs": config.template_kwargs_dict,
-            "separator": {"token": separator, "id": sep_id},
+            "separator": {"token": packing.separator, "id": packing.separator_id},
             "on_bad_conversation": config.on_bad_conversation,
             "parquet_writer": parquet_writer,
+            "packing": packing.record(),
         },
         "inputs": {
             "source": {
@@ -92,6 +94,8 @@ def build_manifest(config: BuildConfig, inputs: ResolvedInputs, separator: str, 
                                       for kind in ("malformed", "template_error", "mask_error")},
             "separators_inserted": stats.separators_inserted,
             "rows_skipped": {"no_supervised_token": stats.rows_skipped_unsupervised},
+            **({} if packing.policy == "concat" else {"overlong_conversations": {
+                kind: stats.overlong[kind] for kind in ("dropped", "truncated")}}),
             "by_source": {source: {"conversations": stats.conversations_by_source[source],
                                    "tokens": stats.tokens_by_source[source]}
                           for source in sorted(stats.tokens_by_source)},
@@ -149,13 +153,14 @@ SHAPE: dict[str, type | tuple] = {
     "inputs.tokenizer": dict, "inputs.tokenizer.repo": str, "inputs.tokenizer.revision": str,
     "inputs.tokenizer.sha256": dict, "inputs.source": dict, "inputs.source.files": list,
     "counts.rows_skipped": dict, "counts.conversations_skipped": dict, "counts.by_source": dict,
+    "build.packing": dict, "build.packing.policy": str, "counts.overlong_conversations": dict,
     "counts.conversations_read": int, "counts.source_conversations": int, "counts.separators_inserted": int,
 }
 # Each entry of a mapping's values or of a list: a type, or a mapping's typed fields.
 ITEMS: dict[str, type | dict[str, type | tuple]] = {
     "counts.by_source": {"conversations": int, "tokens": int},
     "inputs.source.files": {"path": str, "bytes": int, "sha256": str, "rows": int},
-    "counts.rows_skipped": int, "counts.conversations_skipped": int,
+    "counts.rows_skipped": int, "counts.conversations_skipped": int, "counts.overlong_conversations": int,
     "row_digests": str, "continued_rows": int, "versions": str,
     "skipped_conversations": {"index": int, "file": str, "row": int, "id": str, "reason": str, "kind": str},
 }

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from ..rowfile.hashes import EXPECTED_TYPES, RowsHasher
 from ..publish.manifest import replace_durably
-from ..pack.concat import Row
+from ..pack.rows import Row
 
 SCHEMA = pa.schema([pa.field(name, kind) for name, kind in EXPECTED_TYPES.items()])
 ROW_GROUP_TOKENS = 1 << 19  # 64 rows of 8,192 tokens: bounded memory, fast row-group streaming
