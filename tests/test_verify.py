@@ -46,7 +46,7 @@ def test_hash_command_matches_the_manifest(copy):
     output = json.loads(manifest.read_text())["output"]
     result = CliRunner().invoke(main, ["hash", str(parquet)])
     assert result.exit_code == 0
-    for key in ("rows_sha256", "parquet_sha256", "parquet_bytes", "rows", "row_tokens"):
+    for key in ("rows_sha256", "parquet_sha256", "parquet_bytes", "rows", "row_tokens", "padding_tokens"):
         assert f"{key:<23}{output[key]}" in result.output
     assert f"{output['supervised_token_ratio']!r}" in result.output
 

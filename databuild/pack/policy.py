@@ -24,9 +24,10 @@ POLICIES: dict[str, Policy] = {
 }
 DEFAULT_POLICY = "concat"
 OVERLONG_POLICIES = ("drop", "truncate", "error")
-# bfd's window, in conversations: TRL's pack_dataset packs each `datasets.map` batch (1,000 rows by
-# default) on its own; on the bench corpus a window of 1,000 leaves 0.3 points more padding than
-# one of 16,384 and ~6 MB of tokens in memory (bench/README.md, "Packing policies").
+# bfd's window, in conversations: TRL's pack_dataset packs each `datasets.map` batch (1,000 examples by
+# default) on its own, so the same window gives a TRL user the rows they know. On the bench corpus
+# (8,192-token rows) it pads 0.52% of the tokens, against 0.22% for 4,000 and 0.10% for the whole
+# stream at once, holding ~5 MiB of tokens (bench/README.md, "Packing policies").
 DEFAULT_PACKING_WINDOW = 1000
 
 
