@@ -21,7 +21,7 @@ from tqdm import tqdm
 from .config import BuildConfig
 from .encode.encoder import Encoder, TokenizedConversation, encode_stream
 from .errors import BuildError
-from .rowfile.hashes import RowsHasher, file_sha256
+from .rowfile.hashes import RowsHasher, SegmentsHasher, file_sha256
 from .inputs.hub import ResolvedInputs, resolve_inputs
 from .publish.manifest import build_manifest, manifest_path, write_manifest
 from .pack.bfd import OverlongConversation
@@ -141,7 +141,7 @@ def _make(prepared: Prepared, out_dir: Path, workers: int, batch_size: int, prog
           executor: str, ray_address: str | None, started: float) -> BuildResult:
     config, inputs, encoder = prepared.config, prepared.inputs, prepared.encoder
     final = out_dir / f"{config.name}.parquet"
-    stats, skipped, hasher = PackStats(), [], RowsHasher()
+    stats, skipped, hasher, segments = PackStats(), [], RowsHasher(), SegmentsHasher()
     conversations = prepared.conversations()
     if executor == "ray":
         from .executors.ray import ray_encode_stream
@@ -156,7 +156,7 @@ def _make(prepared: Prepared, out_dir: Path, workers: int, batch_size: int, prog
         bar = tqdm(rows, total=config.rows, unit="row", desc=config.name,
                    disable=None if progress is None else not progress, leave=False)
         try:
-            written = write_rows(bar, final, config.row_tokens, hasher)
+            written = write_rows(bar, final, config.row_tokens, hasher, segments)
         except OverlongConversation as exc:
             where = locate_row(list(inputs.source_files), exc.conversation.index)
             bad = BadConversation(exc.conversation.index, *where, exc.conversation.id, str(exc), "overlong")
@@ -172,7 +172,8 @@ def _make(prepared: Prepared, out_dir: Path, workers: int, batch_size: int, prog
     writer = {**WRITER_OPTIONS, "row_group_rows": rows_per_group(config.row_tokens)}
     manifest = build_manifest(config, inputs, prepared.packing, stats, skipped,
                               list(prepared.malformed.values()), hasher.hexdigest(), hasher.row_digests,
-                              parquet_sha256, parquet_bytes, final.name, writer)
+                              parquet_sha256, parquet_bytes, final.name, writer,
+                              segments_sha256=segments.hexdigest())
     manifest_file = manifest_path(final)
     manifest_file.unlink(missing_ok=True)
     publish(partial, final)

@@ -29,6 +29,7 @@ def main():
       databuild fetch muse-spark-tulu3-fixed8192-v1
       databuild make muse-spark-tulu3-fixed8192-v1 --offline
       databuild hash build/muse-spark-tiny-fixed512-v1.parquet
+      databuild export build/muse-spark-tiny-fixed512-v1.parquet --to hf -o out/tiny-hf.parquet
     """
 
 
@@ -150,7 +151,8 @@ def hash_command(parquet):
     from .rowfile.hashes import hash_parquet
 
     summary = hash_parquet(parquet)
-    for key in ("rows_sha256", "parquet_sha256", "parquet_bytes", "rows", "row_tokens", "padding_tokens"):
+    for key in ("rows_sha256", "segments_sha256", "parquet_sha256", "parquet_bytes", "rows", "row_tokens",
+                "padding_tokens"):
         click.echo(f"{key:<23}{getattr(summary, key)}")
     click.echo(f"{'supervised_token_ratio':<23}{summary.supervised_token_ratio!r}")
 
@@ -163,8 +165,11 @@ def hash_command(parquet):
               help="Recipe YAML whose workload.dataset block holds the hashes.")
 @click.option("--rows-sha256", help="Expected rows_sha256.")
 @click.option("--parquet-sha256", help="Expected sha256 of the file's bytes.")
-def verify_command(parquet, manifest, recipe, rows_sha256, parquet_sha256):
-    """Check PARQUET against its hashes; exit 0 only when every check holds.
+@click.option("--segments-sha256", help="Expected segments_sha256 (seq_start_id and conversation ids).")
+@click.option("--from", "source", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              help="For an export: the native file it comes from; it is exported afresh and compared.")
+def verify_command(parquet, manifest, recipe, rows_sha256, parquet_sha256, segments_sha256, source):
+    """Check PARQUET (a row file, or an export) against its hashes; exit 0 only when every check holds.
 
     \b
     Exit codes: 0 verified, 1 a difference (each printed: expected, found),
@@ -174,23 +179,65 @@ def verify_command(parquet, manifest, recipe, rows_sha256, parquet_sha256):
       databuild verify build/muse-spark-tiny-fixed512-v1.parquet
       databuild verify rows.parquet --recipe recipe.yaml
       databuild verify rows.parquet --rows-sha256 4003478c...128f
+      databuild verify out/tiny-hf.parquet --from build/muse-spark-tiny-fixed512-v1.parquet
     """
+    from .export.check import export_manifest_of, verify_export
     from .verify import EXIT_DIFFERENT, gather, verify
 
     try:
-        expected = gather(parquet, manifest, recipe, rows_sha256, parquet_sha256)
+        described = export_manifest_of(parquet, manifest)
+        if described is None and source is not None:
+            raise BuildError(f"{parquet}: --from checks an export, and no export manifest describes this file")
+        if described is not None:
+            report, checked = verify_export(parquet, described, source), "the export manifest"
+        else:
+            expected = gather(parquet, manifest, recipe, rows_sha256, parquet_sha256, segments_sha256)
+            report, checked = verify(parquet, expected), ", ".join(sorted({e.field for e in expected.checks}))
     except BuildError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_DIFFERENT)
-    report = verify(parquet, expected)
     for line in report.warnings:
         click.echo(f"warning: {line}", err=True)
     for line in report.failures:
         click.echo(f"FAILED {line}", err=True)
     if not report.failures:
-        checked = ", ".join(sorted({e.field for e in expected.checks}))
-        click.echo(f"verified {parquet}: {checked}")
+        click.echo(f"verified {parquet}: {checked}" + (f", and a fresh export of {source}" if source else ""))
     sys.exit(report.exit_code)
+
+
+@main.command("export")
+@click.argument("parquet", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--to", "to", required=True, type=click.Choice(["megatron-bridge", "miles", "hf"]),
+              help="The trainer's format (data/README.md, \"Trainers\").")
+@click.option("-o", "--out", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="The export's file; its manifest is written beside it (OUT without .parquet, .manifest.json).")
+@one_line_errors
+def export_command(parquet, to, out):
+    """Write a verified row file in a trainer's format, with a manifest beside it.
+
+    PARQUET must verify against the manifest beside it: nothing is written otherwise.
+
+    \b
+    Examples:
+      databuild export build/NAME.parquet --to megatron-bridge -o packed/training_8192.idx.parquet
+      databuild export build/NAME.parquet --to miles -o miles/NAME.parquet
+      databuild export build/NAME.parquet --to hf -o hf/NAME.parquet
+      databuild verify hf/NAME.parquet --from build/NAME.parquet
+    """
+    from .export import export
+
+    result = export(parquet, to, out)
+    counts = result.data["counts"]
+    lost = ", ".join(f"{n} {kind}" for kind, n in counts["unrepresentable"].items()) or "none"
+    click.echo(f"{result.path}\n"
+               f"  format                 {to}\n"
+               f"  rows                   {result.data['output']['rows']}\n"
+               f"  targets it cannot hold {lost} (of {result.data['source']['targets']})\n"
+               f"  padding dropped        {counts['padding_tokens_dropped']} tokens\n"
+               f"  sha256                 {result.data['output']['sha256']}\n"
+               f"  manifest               {result.manifest}")
+    for sidecar in result.data["sidecars"]:
+        click.echo(f"  beside it              {result.path.with_name(sidecar['file'])}")
 
 
 main.add_command(show)

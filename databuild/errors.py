@@ -22,6 +22,11 @@ def first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+def os_error_line(exc: OSError) -> str:
+    """A full disk, a permission: which file, not where in the code."""
+    return f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else "")
+
+
 def one_line_errors(command):
     """A CLI command whose failures are one line on stderr and an exit status, never a traceback."""
     import click
@@ -33,8 +38,8 @@ def one_line_errors(command):
         except BuildError as exc:
             click.echo(f"error: {exc}", err=True)
             sys.exit(EXIT_FAILED)
-        except OSError as exc:  # a full disk, a permission: say which file, not where in the code
-            click.echo(f"error: {exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else ""), err=True)
+        except OSError as exc:
+            click.echo(f"error: {os_error_line(exc)}", err=True)
             sys.exit(EXIT_FAILED)
         except KeyboardInterrupt:
             click.echo("error: interrupted; nothing was written under the final names", err=True)

@@ -21,6 +21,9 @@ from .rowfile.write import partial_path
 EXIT_OK, EXIT_DIFFERENT, EXIT_USAGE, EXIT_UNREADABLE = 0, 1, 2, 3
 FILE_FIELDS = ("parquet_sha256", "parquet_bytes")
 ROW_FIELDS = ("rows_sha256", "rows", "row_tokens", "supervised_token_ratio", "padding_tokens")
+# Checked whenever a manifest holds it; a manifest written before it existed still pins the boundaries
+# through parquet_sha256, so its absence weakens nothing.
+SEGMENT_FIELD = "segments_sha256"
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,7 @@ class Report:
     failures: list[str]
     warnings: list[str]
     unreadable: bool = False
+    summary: ParquetSummary | None = None  # the file's figures, when its rows could be read
 
     @property
     def exit_code(self) -> int:
@@ -59,7 +63,8 @@ def from_manifest(manifest: dict[str, Any], origin: str) -> list[Expectation]:
     missing = [f for f in FILE_FIELDS + ROW_FIELDS if not isinstance(output, dict) or f not in output]
     if missing:
         raise BuildError(f"{origin}: the manifest has no output.{missing[0]}: not a complete build's manifest")
-    return [Expectation(f, output[f], origin) for f in FILE_FIELDS + ROW_FIELDS]
+    present = (SEGMENT_FIELD,) if SEGMENT_FIELD in output else ()
+    return [Expectation(f, output[f], origin) for f in FILE_FIELDS + ROW_FIELDS + present]
 
 
 def from_recipe(path: Path) -> list[Expectation]:
@@ -94,7 +99,7 @@ def _decimals_shown(path: Path, mapping, key: str) -> int:
     return len(re.match(r"[-+]?\d*\.?(\d*)", text).group(1))
 
 
-def _row_differences(expected: list[str], found: tuple[str, ...]) -> str:
+def row_differences(expected: list[str], found: tuple[str, ...]) -> str:
     if len(expected) != len(found):
         extra = "missing" if len(found) < len(expected) else "extra"
         first = next((i for i, (a, b) in enumerate(zip(expected, found)) if a != b), min(len(expected), len(found)))
@@ -133,10 +138,11 @@ def verify(parquet: Path, expected: Expected) -> Report:
     except RowFormatError as exc:
         report.failures.append(str(exc))
     found = {"parquet_sha256": digest, "parquet_bytes": size}
+    report.summary = summary
     if summary is not None:
         found.update(rows_sha256=summary.rows_sha256, rows=summary.rows, row_tokens=summary.row_tokens,
                      supervised_token_ratio=summary.supervised_token_ratio,
-                     padding_tokens=summary.padding_tokens)
+                     padding_tokens=summary.padding_tokens, segments_sha256=summary.segments_sha256)
     for expectation in expected.checks:
         if expectation.field not in found:
             continue  # the rows could not be read: already reported
@@ -144,7 +150,7 @@ def verify(parquet: Path, expected: Expected) -> Report:
         if not _compare(expectation, value):
             line = f"{expectation.field}: expected {expectation.value}, found {value} ({expectation.origin})"
             if expectation.field == "rows_sha256" and expected.row_digests and summary is not None:
-                line += _row_differences(expected.row_digests, summary.row_digests)
+                line += row_differences(expected.row_digests, summary.row_digests)
             report.failures.append(line)
     if expected.built_with:
         installed, built_with = library_versions(), expected.built_with
@@ -156,11 +162,12 @@ def verify(parquet: Path, expected: Expected) -> Report:
 
 
 def gather(parquet: Path, manifest: Path | None = None, recipe: Path | None = None,
-           rows_sha256: str | None = None, parquet_sha256: str | None = None) -> Expected:
+           rows_sha256: str | None = None, parquet_sha256: str | None = None,
+           segments_sha256: str | None = None) -> Expected:
     """The expectations for a file: the given sources, or by default the manifest beside it."""
     expectations: list[Expectation] = []
     digests = versions = None
-    explicit = any(x is not None for x in (manifest, recipe, rows_sha256, parquet_sha256))
+    explicit = any(x is not None for x in (manifest, recipe, rows_sha256, parquet_sha256, segments_sha256))
     beside = manifest_path(parquet)
     if manifest is None and not explicit:
         if not beside.exists():
@@ -177,4 +184,6 @@ def gather(parquet: Path, manifest: Path | None = None, recipe: Path | None = No
         expectations.append(Expectation("rows_sha256", rows_sha256.lower(), "--rows-sha256"))
     if parquet_sha256 is not None:
         expectations.append(Expectation("parquet_sha256", parquet_sha256.lower(), "--parquet-sha256"))
+    if segments_sha256 is not None:
+        expectations.append(Expectation(SEGMENT_FIELD, segments_sha256.lower(), "--segments-sha256"))
     return Expected(expectations, digests, versions)

@@ -35,7 +35,8 @@ def run_cli(*args, env=None, cwd=REPO):
 
 def test_golden_hashes(tiny_build):
     output = tiny_build.data["output"]
-    for key in ("rows_sha256", "parquet_sha256", "parquet_bytes", "rows", "row_tokens", "supervised_tokens"):
+    for key in ("rows_sha256", "segments_sha256", "parquet_sha256", "parquet_bytes", "rows", "row_tokens",
+                "supervised_tokens"):
         assert output[key] == GOLDEN[key], key
     assert tiny_build.data["counts"]["rows_skipped"]["no_supervised_token"] == GOLDEN[
         "rows_skipped_no_supervised_token"]

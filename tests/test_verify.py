@@ -46,9 +46,22 @@ def test_hash_command_matches_the_manifest(copy):
     output = json.loads(manifest.read_text())["output"]
     result = CliRunner().invoke(main, ["hash", str(parquet)])
     assert result.exit_code == 0
-    for key in ("rows_sha256", "parquet_sha256", "parquet_bytes", "rows", "row_tokens", "padding_tokens"):
+    for key in ("rows_sha256", "segments_sha256", "parquet_sha256", "parquet_bytes", "rows", "row_tokens",
+                "padding_tokens"):
         assert f"{key:<23}{output[key]}" in result.output
     assert f"{output['supervised_token_ratio']!r}" in result.output
+
+
+def test_moved_boundaries_change_segments_sha256_only(copy):
+    """A segment start moved by one token: rows_sha256 cannot see it, segments_sha256 must."""
+    parquet, manifest = copy
+    output = json.loads(manifest.read_text())["output"]
+    rewrite(parquet, lambda rows: [{**rows[0], "seq_start_id": [0, rows[0]["seq_start_id"][1] + 1,
+                                                                *rows[0]["seq_start_id"][2:]]}] + rows[1:])
+    assert verify_cli(parquet, "--rows-sha256", output["rows_sha256"]).exit_code == 0
+    result = verify_cli(parquet, "--segments-sha256", output["segments_sha256"])
+    assert result.exit_code == 1 and "FAILED segments_sha256: expected" in result.output
+    assert "FAILED segments_sha256" in verify_cli(parquet).output
 
 
 def test_intact_file_verifies(copy):

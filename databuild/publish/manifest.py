@@ -45,7 +45,7 @@ def dumps(manifest: dict[str, Any]) -> str:
 def build_manifest(config: BuildConfig, inputs: ResolvedInputs, packing: Packing, stats: PackStats,
                    skipped: list[BadConversation], malformed: list[BadConversation], rows_sha256: str,
                    row_digests: list[str], parquet_sha256: str, parquet_bytes: int, file_name: str,
-                   parquet_writer: dict[str, Any]) -> dict[str, Any]:
+                   parquet_writer: dict[str, Any], *, segments_sha256: str) -> dict[str, Any]:
     """The manifest of a finished build: every pin, count and version, nothing of the moment it ran."""
     total = stats.tokens_kept
     return {
@@ -54,6 +54,7 @@ def build_manifest(config: BuildConfig, inputs: ResolvedInputs, packing: Packing
         "output": {
             "file": file_name,
             "rows_sha256": rows_sha256,
+            "segments_sha256": segments_sha256,
             "parquet_sha256": parquet_sha256,
             "parquet_bytes": parquet_bytes,
             "rows": stats.rows_kept,
@@ -148,7 +149,7 @@ SHAPE: dict[str, type | tuple] = {
     "row_digests": list, "continued_rows": list, "skipped_conversations": list,
     "output.rows": int, "output.row_tokens": int, "output.tokens": int, "output.padding_tokens": int,
     "output.supervised_tokens": int, "output.supervised_token_ratio": NUMBER, "output.parquet_bytes": int,
-    "output.rows_sha256": str, "output.parquet_sha256": str, "output.file": str,
+    "output.rows_sha256": str, "output.segments_sha256": str, "output.parquet_sha256": str, "output.file": str,
     "build.template_kwargs": dict, "build.seed": int, "build.loss_mask": str,
     "inputs.tokenizer": dict, "inputs.tokenizer.repo": str, "inputs.tokenizer.revision": str,
     "inputs.tokenizer.sha256": dict, "inputs.source": dict, "inputs.source.files": list,

@@ -2,7 +2,9 @@
 
 rows_sha256: SHA-256 over the kept rows in order; each row contributes its input_ids as
 little-endian int32 bytes, then its loss_mask as one byte (0 or 1) per token. It depends on the
-tokens and targets only, never on the parquet encoding. parquet_sha256: SHA-256 of the file's bytes.
+tokens and targets only, never on the parquet encoding. segments_sha256: the same over each row's
+boundaries (segment_bytes), for trainers that isolate conversations in attention. parquet_sha256:
+SHA-256 of the file's bytes.
 """
 
 from __future__ import annotations
@@ -29,6 +31,30 @@ def row_bytes(input_ids: np.ndarray, loss_mask: np.ndarray) -> np.ndarray:
     rows = len(input_ids)
     ids_bytes = np.ascontiguousarray(input_ids, dtype="<i4").view(np.uint8).reshape(rows, -1)
     return np.concatenate([ids_bytes, np.asarray(loss_mask).astype(np.uint8).reshape(rows, -1)], axis=1)
+
+
+def segment_bytes(seq_start_id, conversation_ids) -> bytes:
+    """A row's contribution to segments_sha256: its segment count (<u4), its seq_start_id (<i4), then
+    each conversation id as its UTF-8 length (<u4) and bytes. Lengths first, so no two rows' boundaries
+    give the same bytes."""
+    ids = [c.encode("utf-8") for c in conversation_ids]
+    parts = [np.array([len(ids)], dtype="<u4").tobytes(), np.asarray(seq_start_id, dtype="<i4").tobytes()]
+    for encoded in ids:
+        parts += [np.array([len(encoded)], dtype="<u4").tobytes(), encoded]
+    return b"".join(parts)
+
+
+class SegmentsHasher:
+    """segments_sha256, row by row."""
+
+    def __init__(self):
+        self._sha = hashlib.sha256()
+
+    def update(self, seq_start_id, conversation_ids) -> None:
+        self._sha.update(segment_bytes(seq_start_id, conversation_ids))
+
+    def hexdigest(self) -> str:
+        return self._sha.hexdigest()
 
 
 class RowsHasher:
@@ -62,6 +88,7 @@ def file_sha256(path: Path) -> tuple[str, int]:
 @dataclass(frozen=True)
 class ParquetSummary:
     rows_sha256: str
+    segments_sha256: str
     parquet_sha256: str
     parquet_bytes: int
     rows: int
@@ -197,7 +224,7 @@ def hash_parquet(path: Path, file_digest: tuple[str, int] | None = None) -> Parq
     """Every pinned figure of a row file, from the file alone, one row group in memory at a time.
     `file_digest` is the file's (sha256, bytes) when the caller has already read them."""
     parquet = open_row_file(path)
-    hasher, rows, supervised, padding, row_tokens = RowsHasher(), 0, 0, 0, None
+    hasher, segments, rows, supervised, padding, row_tokens = RowsHasher(), SegmentsHasher(), 0, 0, 0, None
     for group in range(parquet.num_row_groups):
         table = read_row_group(parquet, group, path)
         if not table.num_rows:
@@ -208,8 +235,11 @@ def hash_parquet(path: Path, file_digest: tuple[str, int] | None = None) -> Parq
         padding += _check_group(table, rows, row_tokens, path)
         mask, _ = _values(table.column("loss_mask"))
         hasher.update_rows(ids.reshape(table.num_rows, -1), mask.reshape(table.num_rows, -1))
+        for starts, conversations in zip(table.column("seq_start_id").to_pylist(),
+                                         table.column("conversation_ids").to_pylist()):
+            segments.update(starts, conversations)
         rows += table.num_rows
         supervised += int(np.count_nonzero(mask))
     digest, size = file_digest or file_sha256(path)
-    return ParquetSummary(hasher.hexdigest(), digest, size, rows, row_tokens or 0, supervised,
+    return ParquetSummary(hasher.hexdigest(), segments.hexdigest(), digest, size, rows, row_tokens or 0, supervised,
                           tuple(hasher.row_digests), padding)

@@ -1,7 +1,8 @@
 """Write stage: rows streamed to one parquet file by row group, under a temporary name.
 
 Writer settings are fixed (zstd level 3, no dictionary, fixed row-group size, no timestamps), so
-the same rows and the same pyarrow give the same bytes. The file appears under its final name only
+the same rows and the same pyarrow give the same bytes. The schema's key-value metadata names the
+mask convention (CONVENTION), so that a reader who never saw data/README.md is told it. The file appears under its final name only
 through `os.replace` once it is complete; on any error the partial file is removed.
 """
 
@@ -16,11 +17,22 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..rowfile.hashes import EXPECTED_TYPES, RowsHasher
+from ..rowfile.hashes import EXPECTED_TYPES, RowsHasher, SegmentsHasher
 from ..publish.manifest import replace_durably
 from ..pack.rows import Row
 
-SCHEMA = pa.schema([pa.field(name, kind) for name, kind in EXPECTED_TYPES.items()])
+# Fixed text, so the bytes stay deterministic. Megatron-Bridge reads these very column names but stores
+# its mask rolled left by one per segment: the words say which convention this file is in.
+CONVENTION = {
+    "databuild.format": "databuild-rows/1",
+    "databuild.loss_mask": "loss_mask[i] = 1 means input_ids[i] is a training target, predicted from "
+                           "positions < i of its segment (token-aligned, not shifted; NOT Megatron-Bridge's "
+                           "stored convention, which rolls the mask left by one)",
+    "databuild.seq_start_id": "offsets where segment k starts; segment k is [seq_start_id[k], seq_start_id[k+1]), "
+                              "the last ending at the row's end; conversation_ids[k] is its source id",
+    "databuild.consumers": "convert with `databuild export FILE --to megatron-bridge|miles|hf`; see data/README.md",
+}
+SCHEMA = pa.schema([pa.field(name, kind) for name, kind in EXPECTED_TYPES.items()], metadata=CONVENTION)
 ROW_GROUP_TOKENS = 1 << 19  # 64 rows of 8,192 tokens: bounded memory, fast row-group streaming
 WRITER_OPTIONS = dict(compression="zstd", compression_level=3, use_dictionary=False,
                       write_statistics=True, data_page_version="1.0")
@@ -35,7 +47,7 @@ def rows_per_group(row_tokens: int) -> int:
     return max(1, ROW_GROUP_TOKENS // row_tokens)
 
 
-def _list_array(rows: list[np.ndarray], kind: pa.DataType) -> pa.ListArray:
+def ragged_list_array(rows: list[np.ndarray], kind: pa.DataType) -> pa.ListArray:
     lengths = np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
     values = np.concatenate(rows) if rows else np.zeros(0)
@@ -44,15 +56,17 @@ def _list_array(rows: list[np.ndarray], kind: pa.DataType) -> pa.ListArray:
 
 def _table(rows: list[Row]) -> pa.Table:
     return pa.Table.from_arrays([
-        _list_array([r.input_ids for r in rows], pa.int32()),
-        _list_array([r.loss_mask for r in rows], pa.int8()),
-        _list_array([r.seq_start_id for r in rows], pa.int32()),
+        ragged_list_array([r.input_ids for r in rows], pa.int32()),
+        ragged_list_array([r.loss_mask for r in rows], pa.int8()),
+        ragged_list_array([r.seq_start_id for r in rows], pa.int32()),
         pa.array([list(r.conversation_ids) for r in rows], type=pa.list_(pa.string())),
     ], schema=SCHEMA)
 
 
-def write_rows(rows: Iterable[Row], final: Path, row_tokens: int, hasher: RowsHasher) -> int:
-    """Stream rows into final (via its partial name); returns the row count. Hashes rows as written."""
+def write_rows(rows: Iterable[Row], final: Path, row_tokens: int, hasher: RowsHasher,
+               segments: SegmentsHasher | None = None) -> int:
+    """Stream rows into final (via its partial name); returns the row count. Hashes rows (and, given
+    `segments`, their boundaries) as written."""
     partial = partial_path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
     group_rows = rows_per_group(row_tokens)
@@ -65,6 +79,8 @@ def write_rows(rows: Iterable[Row], final: Path, row_tokens: int, hasher: RowsHa
             pending = None
             for row in rows:
                 hasher.update_rows(row.input_ids[None, :], row.loss_mask[None, :])
+                if segments is not None:
+                    segments.update(row.seq_start_id, row.conversation_ids)
                 group.append(row)
                 count += 1
                 if len(group) == group_rows:

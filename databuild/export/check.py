@@ -1,0 +1,120 @@
+"""`databuild verify OUT` for an export: OUT against the manifest beside it and, with `--from FILE`,
+against a fresh export of the native file it claims to come from. Fails closed, naming what differs.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..errors import BuildError
+from ..publish.manifest import manifest_path
+from ..rowfile.hashes import file_sha256
+from ..rowfile.write import partial_path
+from ..verify import Report, row_differences
+from .content import ContentHasher
+from .stream import FORMAT
+
+# The type of every manifest field verify reads: a hand-edited manifest is refused in one line.
+SHAPE = {"export": str, "source": dict, "output": dict, "sidecars": list, "row_digests": list,
+         "source.rows_sha256": str, "source.parquet_sha256": str, "output.file": str, "output.sha256": str,
+         "output.bytes": int, "output.rows": int, "output.content_sha256": str}
+
+
+def export_manifest_of(parquet: Path, manifest: Path | None = None) -> dict[str, Any] | None:
+    """The export manifest that describes `parquet` (given, or the one beside it), or None when
+    that manifest is not an export's."""
+    path = manifest or manifest_path(parquet)
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None  # not an export's: the native verifier reports it
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        return None
+    for field, kind in SHAPE.items():
+        value = data
+        for key in field.split("."):
+            value = value.get(key) if isinstance(value, dict) else None
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise BuildError(f"{path}: export manifest field {field} is {value!r:.40}, expected {kind.__name__}")
+    return data
+
+
+def verify_export(out: Path, manifest: dict[str, Any], source: Path | None = None) -> Report:
+    from . import FORMATS
+
+    report = Report([], [])
+    output = manifest["output"]
+    if manifest["export"] not in FORMATS:
+        report.failures.append(f"export: {manifest['export']!r} is not a format this databuild writes")
+        return report
+    if output["file"] != out.name:
+        report.failures.append(f"output.file: the manifest describes {output['file']}, not {out.name} "
+                               "(a manifest of another export)")
+    if not out.is_file():
+        report.failures.append(f"{out}: no such file")
+        report.unreadable = True
+        return report
+    if partial_path(out).exists():
+        report.failures.append(f"{partial_path(out)}: an incomplete export was left behind")
+    digest, size = file_sha256(out)
+    for field, expected, found in (("sha256", output["sha256"], digest), ("bytes", output["bytes"], size)):
+        if expected != found:
+            report.failures.append(f"{field}: expected {expected}, found {found} (the manifest)")
+    _check_content(out, manifest, FORMATS[manifest["export"]].schema, report)
+    for sidecar in manifest["sidecars"]:
+        path = out.with_name(str(sidecar.get("file")))
+        found = file_sha256(path)[0] if path.is_file() else "no such file"
+        if found != sidecar.get("sha256"):
+            report.failures.append(f"{path.name}: expected sha256 {sidecar.get('sha256')}, found {found}")
+    if source is not None:
+        _check_against_source(out, manifest, Path(source), report)
+    return report
+
+
+def _check_content(out: Path, manifest: dict[str, Any], schema: pa.Schema, report: Report) -> None:
+    output, content, rows = manifest["output"], ContentHasher(), 0
+    try:
+        parquet = pq.ParquetFile(out)
+        if not parquet.schema_arrow.equals(schema):
+            report.failures.append(f"schema: expected {schema.to_string(show_schema_metadata=False)!r}, "
+                                   f"found {parquet.schema_arrow.to_string(show_schema_metadata=False)!r}")
+            return
+        for group in range(parquet.num_row_groups):
+            table = parquet.read_row_group(group)
+            content.update(table)
+            rows += table.num_rows
+    except (OSError, pa.ArrowException) as exc:
+        report.failures.append(f"{out}: not readable as parquet: {exc}")
+        report.unreadable = True
+        return
+    if rows != output["rows"]:
+        report.failures.append(f"rows: expected {output['rows']}, found {rows} (the manifest)")
+    if content.hexdigest() != output["content_sha256"]:
+        report.failures.append(f"content_sha256: expected {output['content_sha256']}, found {content.hexdigest()} "
+                               f"(the manifest){row_differences(manifest['row_digests'], tuple(content.row_digests))}")
+
+
+def _check_against_source(out: Path, manifest: dict[str, Any], source: Path, report: Report) -> None:
+    from . import make_format
+    from .stream import verified_source, write_export
+
+    summary = verified_source(source)
+    for field in ("rows_sha256", "parquet_sha256"):
+        if manifest["source"][field] != getattr(summary, field):
+            report.failures.append(f"source.{field}: the export says it comes from {manifest['source'][field]}, "
+                                   f"{source} has {getattr(summary, field)}")
+    with tempfile.TemporaryDirectory(prefix="databuild-export-") as scratch:
+        fresh = write_export(source, make_format(manifest["export"]), Path(scratch) / out.name, summary).data
+    if fresh["output"]["sha256"] != file_sha256(out)[0]:
+        report.failures.append(f"{out.name}: differs from a fresh export of {source} "
+                               f"(content_sha256 {fresh['output']['content_sha256']} there)")
+    for sidecar in fresh["sidecars"]:
+        path = out.with_name(sidecar["file"])
+        if not path.is_file() or file_sha256(path)[0] != sidecar["sha256"]:
+            report.failures.append(f"{sidecar['file']}: differs from a fresh export of {source}")

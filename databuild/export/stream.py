@@ -1,0 +1,152 @@
+"""The part every export shares: verify the native file, stream it a row group at a time through a
+format, write under temporary names, rename, and write the export's manifest last.
+
+Memory holds one row group of the source and of the export at a time. The export keeps the
+source's row groups (one export row group per source row group) and the native writer's fixed
+settings, so the same source and the same pyarrow give the same bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..errors import BuildError
+from ..publish.manifest import library_versions, manifest_path, replace_durably, write_manifest
+from ..rowfile.hashes import ParquetSummary, file_sha256
+from ..rowfile.write import WRITER_OPTIONS, partial_path
+from .content import ContentHasher
+from .rows import RowBlock, read_blocks
+
+FORMAT = "databuild-export/1"
+
+
+class Format:
+    """One trainer's layout. Subclasses convert a block of native rows into a table of theirs and
+    count, by kind, the targets that layout cannot represent."""
+    name: str
+    schema: pa.Schema
+    convention: str
+
+    def __init__(self) -> None:
+        self.unrepresentable: Counter[str] = Counter()
+        self.padding_dropped = 0
+
+    def count(self, kind: str, n: int) -> None:
+        self.unrepresentable[kind] += n
+
+    def convert(self, block: RowBlock) -> pa.Table:
+        raise NotImplementedError
+
+    def sidecars(self, row_tokens: int, rows: int) -> dict[str, bytes]:
+        """Files the consumer reads beside the rows: name (in OUT's directory) -> bytes."""
+        return {}
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    path: Path
+    manifest: Path
+    data: dict[str, Any]  # the manifest's content
+
+
+def verified_source(source: Path) -> ParquetSummary:
+    """The native file's figures, once it verifies against the manifest beside it; else one line."""
+    from ..verify import gather, verify
+
+    source = Path(source)
+    try:
+        expected = gather(source)
+    except BuildError as exc:
+        raise BuildError(f"{source}: refused, not verified: {exc}") from None
+    report = verify(source, expected)
+    if report.failures:
+        more = f" (and {len(report.failures) - 1} more)" if len(report.failures) > 1 else ""
+        first = report.failures[0].removeprefix(f"{source}: ")
+        raise BuildError(f"{source}: refused, does not verify: {first}{more}")
+    return report.summary
+
+
+def write_export(source: Path, fmt: Format, out: Path, summary: ParquetSummary) -> ExportResult:
+    """Stream `source` (already verified, `summary` its figures) into `out` through `fmt`."""
+    out = Path(out)
+    if out.resolve() == Path(source).resolve():
+        raise BuildError(f"{out}: the export would overwrite the file it is made from")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial, content, rows = partial_path(out), ContentHasher(), 0
+    written: list[Path] = [partial]
+    try:
+        with pq.ParquetWriter(partial, fmt.schema, **WRITER_OPTIONS) as writer:
+            for block in read_blocks(source):
+                table = fmt.convert(block)
+                content.update(table)
+                writer.write_table(table, row_group_size=max(1, table.num_rows))
+                rows += table.num_rows
+        _fsync(partial)
+        sidecars = {}
+        for name, data in fmt.sidecars(summary.row_tokens, rows).items():
+            path = out.with_name(name)
+            written.append(partial_path(path))
+            partial_path(path).write_bytes(data)
+            _fsync(partial_path(path))
+            sidecars[path] = data
+    except BaseException:
+        for path in written:
+            path.unlink(missing_ok=True)
+        raise
+    digest, size = file_sha256(partial)
+    manifest_file = manifest_path(out)
+    manifest_file.unlink(missing_ok=True)
+    for path in sidecars:
+        replace_durably(partial_path(path), path)
+    replace_durably(partial, out)
+    manifest = export_manifest(fmt, source, summary, out, digest, size, rows, content,
+                               {p.name: d for p, d in sidecars.items()})
+    write_manifest(manifest, manifest_file)
+    return ExportResult(out, manifest_file, manifest)
+
+
+def export_manifest(fmt: Format, source: Path, summary: ParquetSummary, out: Path, digest: str, size: int,
+                    rows: int, content: ContentHasher, sidecars: dict[str, bytes]) -> dict[str, Any]:
+    return {
+        "format": FORMAT,
+        "export": fmt.name,
+        "convention": fmt.convention,
+        "source": {
+            "file": Path(source).name,
+            "rows_sha256": summary.rows_sha256,
+            "segments_sha256": summary.segments_sha256,
+            "parquet_sha256": summary.parquet_sha256,
+            "parquet_bytes": summary.parquet_bytes,
+            "rows": summary.rows,
+            "row_tokens": summary.row_tokens,
+            "targets": summary.supervised_tokens,
+        },
+        "output": {
+            "file": out.name,
+            "sha256": digest,
+            "bytes": size,
+            "rows": rows,
+            "content_sha256": content.hexdigest(),
+        },
+        "sidecars": [{"file": name, "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+                     for name, data in sidecars.items()],
+        "counts": {
+            "unrepresentable": dict(sorted(fmt.unrepresentable.items())),
+            "padding_tokens_dropped": fmt.padding_dropped,
+        },
+        "versions": library_versions(),
+        "row_digests": content.row_digests,
+    }
+
+
+def _fsync(path: Path) -> None:
+    with open(path, "rb+") as handle:
+        os.fsync(handle.fileno())
