@@ -12,6 +12,8 @@ a process of its own (bench/workers.py) so that peak RSS is per path:
   (a) floor  tokenizer.backend_tokenizer.encode_batch over pre-rendered text (Rust threads)
   (b) peer   apply_chat_template(tokenize=True, return_assistant_tokens_mask=True), one at a time
   (c) make   databuild.build.make end to end, tokens written / wall time
+  (d) bfd    (c) with `packing: bfd`, 90% of its rows; then both policies' padding share,
+             supervised ratio, conversations cut (concat) or dropped (bfd), tokens/s
 
 (c) runs first; (a) and (b) then process exactly the conversations it read (its manifest's
 counts.conversations_read, in its permutation order). `--scaling` instead builds twice, from the
@@ -75,6 +77,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="set RAYON_NUM_THREADS for every path (default: unset, tokenizers uses all cores)")
     parser.add_argument("--loss-mask", default=None, help="default: muse_spark for harmony templates, else assistant")
     parser.add_argument("--skip-peer", action="store_true", help="skip path (b), the slowest (quick iterations)")
+    parser.add_argument("--skip-bfd", action="store_true", help="skip path (d), the build with packing: bfd")
+    parser.add_argument("--packing-window", type=int, default=None,
+                        help="packing_window of (d)'s config (default: databuild's DEFAULT_PACKING_WINDOW)")
     parser.add_argument("--scaling", action="store_true", help="memory scaling: 1x and 4x source and rows, path (c)")
     parser.add_argument("--repeat", type=int, default=1,
                         help="run (a) and (c) this many times each and keep the fastest (default 1)")
@@ -127,7 +132,7 @@ END_OF_TURN_CANDIDATES = ("<|end|>", "<|im_end|>", "<|eot_id|>")
 
 
 def write_config(path: Path, name: str, corpus: Path, tokenizer: Path, loss_mask: str, kwargs: dict,
-                 seed: int, row_tokens: int, rows: int) -> Path:
+                 seed: int, row_tokens: int, rows: int, packing: dict | None = None) -> Path:
     pins = "".join(f"    {f}: {sha256_of(tokenizer / f)}\n" for f in TOKENIZER_FILES if (tokenizer / f).is_file())
     ends = [t for t in END_OF_TURN_CANDIDATES if t in chat_template_of(tokenizer)]
     kwargs_block = "".join(f"  {k}: {json.dumps(v)}\n" for k, v in kwargs.items())
@@ -140,7 +145,8 @@ def write_config(path: Path, name: str, corpus: Path, tokenizer: Path, loss_mask
         f"  sha256:\n{pins}  dir: {json.dumps(str(tokenizer))}\n"
         + (f"template_kwargs:\n{kwargs_block}" if kwargs else "")
         + f"loss_mask: {loss_mask}\nseed: {seed}\nrow_tokens: {row_tokens}\nrows: {rows}\n"
-        + (f"end_of_turn: {json.dumps(ends)}\n" if loss_mask == "assistant" and ends else ""))
+        + (f"end_of_turn: {json.dumps(ends)}\n" if loss_mask == "assistant" and ends else "")
+        + "".join(f"{key}: {value}\n" for key, value in (packing or {}).items()))
     return path
 
 
@@ -180,10 +186,11 @@ def estimate_rows(corpus, args, tokenizer: Path, kwargs: dict, tmp: Path) -> int
     return max(1, int(args.consume * corpus.conversations * per_conversation / args.row_tokens))
 
 
-def build(args, corpus, tokenizer: Path, loss_mask: str, kwargs: dict, rows: int, tmp: Path, tag: str) -> dict:
+def build(args, corpus, tokenizer: Path, loss_mask: str, kwargs: dict, rows: int, tmp: Path, tag: str,
+          packing: dict | None = None) -> dict:
     name = f"bench-{tag}"
     config = write_config(tmp / f"{name}.yaml", name, corpus.root, tokenizer, loss_mask, kwargs,
-                          args.seed, args.row_tokens, rows)
+                          args.seed, args.row_tokens, rows, packing)
     job = {"path": "make", "config": str(config), "out": str(tmp / f"out-{tag}"), "workers": args.workers,
            "batch_size": args.batch_size, "window": args.window}
     return fastest([run_worker(job, tmp, args.threads, args.databuild) for _ in range(args.repeat)])
@@ -257,6 +264,20 @@ def print_table(paths: dict[str, dict]) -> None:
               "was shared and wall-clock figures (and their ratios) are pessimistic for the parallel paths.")
 
 
+def print_packing(builds: dict[str, dict]) -> None:
+    """The packing policies side by side: what each costs in padding, targets and whole conversations."""
+    print(f"\n{'build':<48}{'padding':>9}{'supervised':>12}{'cut':>7}{'dropped':>9}{'tokens/s':>12}"
+          f"{'real tokens/s':>15}")
+    for label, r in builds.items():
+        real = r["tokens"] - r["padding_tokens"]
+        print(f"{label[:47]:<48}{r['padding_tokens'] / r['tokens']:>9.2%}{r['supervised_tokens'] / r['tokens']:>12.4f}"
+              f"{r['conversations_cut']:>7,}{r['overlong_dropped']:>9,}{rate(r):>12,.0f}"
+              f"{real / r['seconds']:>15,.0f}")
+    print("padding: share of written tokens; supervised: targets / written tokens; cut: conversations whose "
+          "tokens lie in two rows or more (concat); dropped: conversations longer than a row (bfd, overlong: drop); "
+          "real tokens/s leaves the padding out")
+
+
 def print_ratios(ratios: dict[str, float]) -> None:
     print()
     for name, value in ratios.items():
@@ -287,10 +308,16 @@ def throughput(args, corpus, tokenizer, loss_mask, kwargs, tmp) -> dict:
         paths["(b) peer: apply_chat_template + assistant mask"] = peer
         ratios["c/b"] = rate(made) / rate(peer)
     paths[f"(c) databuild make (workers={args.workers})"] = made
+    if not args.skip_bfd:
+        # 90% of (c)'s rows: padding and dropped conversations make bfd need more of the corpus per row
+        packing = {"packing": "bfd", **({"packing_window": args.packing_window} if args.packing_window else {})}
+        paths[f"(d) databuild make, packing: bfd (workers={args.workers})"] = build(
+            args, corpus, tokenizer, loss_mask, kwargs, max(1, rows * 9 // 10), tmp, "1x-bfd", packing)
     print_table(paths)
     print(f"(a) excludes freeing the encodings encode_batch returns: {floor['release_seconds']:.1f} s more, "
           "on one thread, that every caller pays")
     print_ratios(ratios)
+    print_packing({label: r for label, r in paths.items() if label.startswith(("(c)", "(d)"))})
     report = {"mode": "throughput", "rows": rows, "paths": paths, "ratios": ratios,
               "verdicts": {k: verdict(k, v) for k, v in ratios.items()}}
     if peer is not None:

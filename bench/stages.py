@@ -49,12 +49,15 @@ def main(argv=None) -> None:
     with stage("import databuild + transformers"):
         import transformers.utils.chat_template_utils  # noqa: F401
         from transformers import AutoTokenizer  # noqa: F401
-        from databuild.build import DEFAULT_WINDOW, separator_id
-        from databuild.config import load_config
+        from dataclasses import replace
+
+        from databuild.build import DEFAULT_WINDOW
+        from databuild.config import load_config, packing_keys
         from databuild.encode.encoder import Encoder
         from databuild.rowfile.hashes import RowsHasher
         from databuild.inputs.hub import resolve_inputs
-        from databuild.pack.concat import PackStats, pack_rows
+        from databuild.pack.policy import POLICIES, pack, packing_for
+        from databuild.pack.rows import PackStats
         from databuild.sources.mixture import stream_positions
         from databuild.encode.render import Renderer, load_tokenizer
         from databuild.sources.spill import Spill
@@ -64,7 +67,7 @@ def main(argv=None) -> None:
         inputs = resolve_inputs(config, offline=True)
     with stage("load tokenizer"):
         tokenizer = load_tokenizer(inputs.tokenizer_dir)
-        _, sep_id = separator_id(tokenizer, config)
+        packing = packing_for(tokenizer, config)
         encoder = Encoder(tokenizer, Renderer.for_tokenizer(tokenizer, config.template_kwargs_dict,
                                                             config.chat_template_name),
                           config.loss_mask, config.end_of_turn)
@@ -94,8 +97,13 @@ def main(argv=None) -> None:
         with stage("free the encodings"):
             del encodings
     stats = PackStats()
-    with stage("pack (rows of row_tokens)"):
-        rows = list(islice(pack_rows(iter(tokenized), config.row_tokens, sep_id, stats), config.rows))
+    with stage(f"pack (rows of row_tokens, {config.packing})"):
+        rows = list(islice(pack(iter(tokenized), packing, stats), config.rows))
+    # every other policy on the same stream, for comparison (left out of the total below)
+    for other in sorted(set(POLICIES) - {config.packing}):
+        with stage(f"(pack with {other} instead, not in the total)"):
+            instead = replace(config, **packing_keys({"packing": other}, "stages"))
+            list(islice(pack(iter(tokenized), packing_for(tokenizer, instead), PackStats()), config.rows))
     with stage("hash (rows_sha256 + per-row digests)"):
         hasher = RowsHasher()
         for row in rows:
@@ -108,7 +116,7 @@ def main(argv=None) -> None:
     print(f"{'stage':<52}{'wall s':>8}{'CPU s':>8}{'CPU ns/token':>14}")
     for name, (wall, cpu) in TOTALS.items():
         print(f"{name:<52}{wall:>8.2f}{cpu:>8.2f}{cpu / tokens * 1e9:>14.1f}")
-    total = sum(cpu for name, (_, cpu) in TOTALS.items() if not name.startswith(("encode_batch", " ")))
+    total = sum(cpu for name, (_, cpu) in TOTALS.items() if not name.startswith(("encode_batch", " ", "(")))
     print(f"{'all stages but encode_batch':<52}{'':>8}{total:>8.2f}{total / tokens * 1e9:>14.1f}")
 
 

@@ -283,7 +283,12 @@ def run_make(job: dict) -> dict:
                       batch_size=job["batch_size"], progress=False, **window)
         seconds = time.perf_counter() - started
     output, counts = result.data["output"], result.data["counts"]
+    # concat cuts a conversation at each row boundary it straddles: the first segment of a continued row
+    firsts = pq.read_table(result.parquet, columns=["conversation_ids"]).column("conversation_ids").to_pylist()
+    cut = len({firsts[row][0] for row in result.data["continued_rows"]})
     return {"conversations": counts["conversations_read"], "tokens": output["tokens"], "seconds": seconds,
+            "padding_tokens": output["padding_tokens"], "conversations_cut": cut,
+            "overlong_dropped": counts.get("overlong_conversations", {}).get("dropped", 0),
             "rows": output["rows"], "supervised_tokens": output["supervised_tokens"],
             "rows_skipped": counts["rows_skipped"]["no_supervised_token"],
             "rows_sha256": output["rows_sha256"], "parquet_bytes": output["parquet_bytes"],

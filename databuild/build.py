@@ -24,7 +24,9 @@ from .errors import BuildError
 from .rowfile.hashes import RowsHasher, SegmentsHasher, file_sha256
 from .inputs.hub import ResolvedInputs, resolve_inputs
 from .publish.manifest import build_manifest, manifest_path, write_manifest
-from .pack.concat import PackStats, pack_rows
+from .pack.bfd import OverlongConversation
+from .pack.policy import Packing, pack, packing_for
+from .pack.rows import PackStats
 from .sources.mixture import stream_positions
 from .encode.render import Renderer, load_tokenizer
 from .sources.reader import BadConversation, Conversation, Problem, SourceFile, bad_conversation
@@ -41,16 +43,6 @@ class BuildResult:
     manifest: Path
     data: dict[str, Any]  # the manifest's content
     seconds: float
-
-
-def separator_id(tokenizer, config: BuildConfig) -> tuple[str, int]:
-    token = config.separator or tokenizer.eos_token
-    if token is None:
-        raise BuildError(f"{config.path}: the tokenizer has no EOS token; set 'separator' in the config")
-    token_id = tokenizer.convert_tokens_to_ids(token)
-    if token_id is None or (token_id == tokenizer.unk_token_id and token != tokenizer.unk_token):
-        raise BuildError(f"{config.path}: key 'separator' = {token!r}: not a single token of the tokenizer")
-    return token, int(token_id)
 
 
 def encoder_pins(encoder: Encoder) -> dict[str, Any]:
@@ -103,8 +95,7 @@ class Prepared:
     """
     config: BuildConfig
     inputs: ResolvedInputs
-    separator: str
-    separator_id: int
+    packing: Packing
     malformed: dict[int, BadConversation]
     encoder: Encoder
     spill: Spill
@@ -128,7 +119,7 @@ def prepare(config: BuildConfig, offline: bool = False, window: int = DEFAULT_WI
     it). Nothing is rendered before this."""
     inputs = resolve_inputs(config, offline=offline)
     tokenizer = load_tokenizer(inputs.tokenizer_dir)
-    separator, sep_id = separator_id(tokenizer, config)
+    packing = packing_for(tokenizer, config)
     positions = stream_positions(*inputs.selections, sum(f.rows for f in inputs.source_files), config.seed)
     spill_dir = tempfile.TemporaryDirectory(prefix="databuild-")
     try:
@@ -142,7 +133,7 @@ def prepare(config: BuildConfig, offline: bool = False, window: int = DEFAULT_WI
     except BaseException:
         spill_dir.cleanup()
         raise
-    return Prepared(config, inputs, separator, sep_id, malformed, encoder, spill, spill_dir)
+    return Prepared(config, inputs, packing, malformed, encoder, spill, spill_dir)
 
 
 def make(config: BuildConfig, out_dir: Path, *, offline: bool = False, workers: int = 1,
@@ -155,7 +146,7 @@ def make(config: BuildConfig, out_dir: Path, *, offline: bool = False, workers: 
 
 def _make(prepared: Prepared, out_dir: Path, workers: int, batch_size: int, progress: bool | None,
           executor: str, ray_address: str | None, started: float) -> BuildResult:
-    config, inputs, encoder, sep_id = prepared.config, prepared.inputs, prepared.encoder, prepared.separator_id
+    config, inputs, encoder = prepared.config, prepared.inputs, prepared.encoder
     final = out_dir / f"{config.name}.parquet"
     stats, skipped, hasher, segments = PackStats(), [], RowsHasher(), SegmentsHasher()
     conversations = prepared.conversations()
@@ -167,11 +158,17 @@ def _make(prepared: Prepared, out_dir: Path, workers: int, batch_size: int, prog
         stream = encode_stream(conversations, encoder, batch_size, workers)
     with closing(stream) as tokenized:
         buildable = _buildable(tokenized, config, list(inputs.source_files), skipped)
-        rows = islice(pack_rows(buildable, config.row_tokens, sep_id, stats), config.rows)
+        rows = islice(pack(buildable, prepared.packing, stats), config.rows)
         # disable=None: a bar on a terminal, nothing in logs and CI
         bar = tqdm(rows, total=config.rows, unit="row", desc=config.name,
                    disable=None if progress is None else not progress, leave=False)
-        written = write_rows(bar, final, config.row_tokens, hasher, segments)
+        try:
+            written = write_rows(bar, final, config.row_tokens, hasher, segments)
+        except OverlongConversation as exc:
+            bad = bad_conversation(list(inputs.source_files), exc.conversation.index, exc.conversation.id,
+                                   str(exc), "overlong")
+            raise BuildError(f"conversation longer than a row: {bad.message()}; set overlong: drop or "
+                             "truncate in the config to drop or cut such conversations") from None
     partial = partial_path(final)
     if written < config.rows:
         partial.unlink(missing_ok=True)
@@ -180,7 +177,7 @@ def _make(prepared: Prepared, out_dir: Path, workers: int, batch_size: int, prog
                          f"{stats.rows_skipped_unsupervised} rows skipped without targets)")
     parquet_sha256, parquet_bytes = file_sha256(partial)
     writer = {**WRITER_OPTIONS, "row_group_rows": rows_per_group(config.row_tokens)}
-    manifest = build_manifest(config, inputs, prepared.separator, sep_id, stats, skipped,
+    manifest = build_manifest(config, inputs, prepared.packing, stats, skipped,
                               list(prepared.malformed.values()), hasher.hexdigest(), hasher.row_digests,
                               parquet_sha256, parquet_bytes, final.name, writer, encoder_pins(encoder),
                               segments_sha256=segments.hexdigest())

@@ -102,7 +102,9 @@ def make(name, out_dir, offline, dataset_dir, tokenizer_dir, workers, batch_size
                f"  rows                   {s['rows']} x {s['row_tokens']} tokens ({s['tokens']:,} tokens)\n"
                f"  supervised_token_ratio {s['supervised_token_ratio']:.4f}\n"
                f"  rows skipped           {skipped} (no supervised token)\n"
-               f"  rows_sha256            {s['rows_sha256']}\n"
+               + (f"  padding_tokens         {s['padding_tokens']:,} ({s['padding_tokens'] / s['tokens']:.2%})\n"
+                  if s["padding_tokens"] else "")
+               + f"  rows_sha256            {s['rows_sha256']}\n"
                f"  parquet_sha256         {s['parquet_sha256']}\n"
                f"  parquet_bytes          {s['parquet_bytes']:,}\n"
                f"  time                   {result.seconds:.1f} s ({s['tokens'] / max(result.seconds, 1e-9):,.0f} tokens/s)\n"
@@ -152,7 +154,8 @@ def hash_command(parquet):
     from .rowfile.hashes import hash_parquet
 
     summary = hash_parquet(parquet)
-    for key in ("rows_sha256", "segments_sha256", "parquet_sha256", "parquet_bytes", "rows", "row_tokens"):
+    for key in ("rows_sha256", "segments_sha256", "parquet_sha256", "parquet_bytes", "rows", "row_tokens",
+                "padding_tokens"):
         click.echo(f"{key:<23}{getattr(summary, key)}")
     click.echo(f"{'supervised_token_ratio':<23}{summary.supervised_token_ratio!r}")
 

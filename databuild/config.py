@@ -60,6 +60,10 @@ class BuildConfig:
     template_kwargs: tuple[tuple[str, Any], ...] = ()
     separator: str | None = None  # a token string; None means the tokenizer's EOS token
     on_bad_conversation: str = "error"
+    packing: str = "concat"  # a policy of databuild/pack/policy.py's POLICIES
+    packing_window: int | None = None  # bfd: conversations packed together (None under concat)
+    overlong: str | None = None  # bfd: what a conversation longer than a row gets
+    pad_token: str | None = None  # bfd: a token string; None means the tokenizer's pad token, else the separator
     path: Path | None = field(default=None, compare=False)
     chat_template_name: str | None = None  # one of the tokenizer's named templates; None: transformers' choice
     end_of_turn: tuple[str, ...] = ()  # special tokens closing an assistant turn, besides EOS
@@ -186,7 +190,8 @@ def _reject_unknown(raw: dict, known: set[str], where: str) -> None:
 
 
 TOP_KEYS = {"name", "description", "source", "sources", "tokenizer", "template_kwargs", "loss_mask", "seed",
-            "row_tokens", "rows", "separator", "on_bad_conversation", "chat_template_name", "end_of_turn"}
+            "row_tokens", "rows", "separator", "on_bad_conversation", "chat_template_name", "end_of_turn",
+            "packing", "packing_window", "overlong", "pad_token"}
 # What the machine can index: row offsets are int32 (seq_start_id), token counts int64, and seeds an
 # int64 for every reader of the manifest and the recipe.
 BOUNDS = {"row_tokens": 2**31 - 1, "rows": 2**63 - 1, "seed": 2**63 - 1}
@@ -198,6 +203,32 @@ def _end_of_turn(raw: dict, where: str) -> tuple[str, ...]:
     if not isinstance(tokens, list) or not all(isinstance(t, str) and t for t in tokens):
         raise _fail(where, "end_of_turn", value, "expected a token, or a list of tokens")
     return tuple(tokens)
+
+
+PADDING_KEYS = ("packing_window", "overlong", "pad_token")  # meaningful only for a policy that pads
+
+
+def packing_keys(raw: dict, where: str) -> dict[str, Any]:
+    from .pack.policy import DEFAULT_PACKING_WINDOW, DEFAULT_POLICY, OVERLONG_POLICIES, POLICIES
+
+    policy = _take(raw, "packing", str, where, DEFAULT_POLICY)
+    if policy not in POLICIES:
+        raise _fail(where, "packing", policy, f"known policies: {', '.join(sorted(POLICIES))}")
+    if policy == "concat":
+        for key in PADDING_KEYS:
+            if key in raw:
+                raise _fail(where, key, raw[key], "applies to a policy that pads (packing: bfd), not to concat")
+        return {"packing": policy}
+    window = _take(raw, "packing_window", int, where, DEFAULT_PACKING_WINDOW)
+    if window <= 0:
+        raise _fail(where, "packing_window", window, "must be positive")
+    overlong = _take(raw, "overlong", str, where, "drop")
+    if overlong not in OVERLONG_POLICIES:
+        raise _fail(where, "overlong", overlong, f"expected one of {', '.join(OVERLONG_POLICIES)}")
+    pad_token = _take(raw, "pad_token", str, where, None)
+    if pad_token == "":
+        raise _fail(where, "pad_token", "", "name a token, or leave the key out for the tokenizer's pad token")
+    return {"packing": policy, "packing_window": window, "overlong": overlong, "pad_token": pad_token}
 
 
 def load_config(path: str | os.PathLike) -> BuildConfig:
@@ -242,6 +273,7 @@ def load_config(path: str | os.PathLike) -> BuildConfig:
         rows=_take(raw, "rows", int, where),
         separator=_take(raw, "separator", str, where, None),
         on_bad_conversation=policy,
+        **packing_keys(raw, where),
         path=path.resolve(),
         chat_template_name=_take(raw, "chat_template_name", str, where, None),
         end_of_turn=_end_of_turn(raw, where),

@@ -141,8 +141,8 @@ def verify(parquet: Path, expected: Expected) -> Report:
     report.summary = summary
     if summary is not None:
         found.update(rows_sha256=summary.rows_sha256, rows=summary.rows, row_tokens=summary.row_tokens,
-                     supervised_token_ratio=summary.supervised_token_ratio, padding_tokens=0,
-                     segments_sha256=summary.segments_sha256)
+                     supervised_token_ratio=summary.supervised_token_ratio,
+                     padding_tokens=summary.padding_tokens, segments_sha256=summary.segments_sha256)
     for expectation in expected.checks:
         if expectation.field not in found:
             continue  # the rows could not be read: already reported

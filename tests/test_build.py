@@ -50,16 +50,14 @@ def test_the_production_verifier_accepts_it(tiny_build):
     assert report.failures == [] and report.exit_code == 0
 
 
-def independent_rows(tokenizer, source_conversations, row_tokens, rows_wanted, muse_spark=True):
-    """The rows rebuilt without databuild: numpy's permutation, transformers' own chat template
-    tokenization and assistant mask (for muse_spark, minus the closing token of empty answers), EOS
-    between unless the render ends with it."""
+def independent_conversations(tokenizer, source_conversations, muse_spark=True):
+    """(id, ids, mask) of each conversation in stream order, without databuild: numpy's permutation,
+    transformers' own chat template tokenization and assistant mask (for muse_spark, minus the
+    closing token of empty answers)."""
     order = np.random.default_rng(42).permutation(len(source_conversations))
-    ids, mask, starts, owners = [], [], [], []
     header_end = tokenizer.convert_tokens_to_ids(HEADER_END)
     closings = set(tokenizer.convert_tokens_to_ids(list(CLOSINGS)))
-    kept, skipped, continued = [], 0, []
-    for k, index in enumerate(order):
+    for index in order:
         cid, messages = source_conversations[index]
         out = tokenizer.apply_chat_template(list(messages), tokenize=True,
                                             return_dict=True, return_assistant_tokens_mask=True, **KWARGS)
@@ -67,6 +65,16 @@ def independent_rows(tokenizer, source_conversations, row_tokens, rows_wanted, m
         for i in range(1, len(conv_ids) if muse_spark else 0):  # an empty answer: header, then the closing
             if conv_ids[i - 1] == header_end and conv_ids[i] in closings:
                 conv_mask[i] = 0
+        yield cid, conv_ids, conv_mask
+
+
+def independent_rows(tokenizer, source_conversations, row_tokens, rows_wanted, muse_spark=True):
+    """The rows rebuilt without databuild: the conversations of independent_conversations, EOS
+    between unless the render ends with it."""
+    ids, mask, starts, owners = [], [], [], []
+    kept, skipped, continued = [], 0, []
+    for k, (cid, conv_ids, conv_mask) in enumerate(
+            independent_conversations(tokenizer, source_conversations, muse_spark)):
         if k and ids[-1] != tokenizer.eos_token_id:
             ids.append(tokenizer.eos_token_id)
             mask.append(0)

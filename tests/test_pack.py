@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from databuild.encode.encoder import TokenizedConversation
-from databuild.pack.concat import PackStats, pack_rows
+from databuild.pack.policy import Packing, pack
+from databuild.pack.rows import PackStats
 
 SEP = 99
 
@@ -20,7 +21,7 @@ def conv(position: int, ids: list[int], mask: list[int], source: str = "s") -> T
 
 def rows_of(conversations, row_tokens, limit=None):
     stats = PackStats()
-    rows = list(islice(pack_rows(conversations, row_tokens, SEP, stats), limit))
+    rows = list(islice(pack(conversations, Packing("concat", row_tokens, "</s>", SEP), stats), limit))
     return rows, stats
 
 

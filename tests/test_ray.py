@@ -63,6 +63,18 @@ def test_ray_build_is_byte_identical_to_local(ray_instance, tiny_build, tmp_path
     assert ray.is_initialized(), "ray_encode_stream shut down a Ray it did not start"
 
 
+def test_a_bfd_build_on_ray_is_byte_identical_to_local(ray_instance, tmp_path):
+    """bfd packs on the driver from the stream in order: Ray's workers and batches change nothing."""
+    from conftest import write_config
+    from databuild.config import load_config
+
+    config = load_config(write_config(tmp_path / "bfd.yaml", packing="bfd", packing_window=64))
+    local = make(config, tmp_path / "local", progress=False)
+    on_ray = make(config, tmp_path / "ray", progress=False, executor="ray", workers=2, batch_size=7)
+    assert on_ray.parquet.read_bytes() == local.parquet.read_bytes()
+    assert on_ray.manifest.read_bytes() == local.manifest.read_bytes()
+
+
 @pytest.mark.parametrize("workers, batch_size", [(1, 5), (2, 3)])
 def test_driver_holds_a_bounded_window(ray_instance, workers, batch_size):
     encoder, conversations = _tiny_stream()

@@ -16,7 +16,7 @@ from databuild.publish.recipe import recipe_values, update_recipe
 
 SEED = FIXTURES / "recipe" / "attune-tp2-pp16-ep8.yaml"  # the seed recipe's YAML, as published
 WRITABLE = {"rows_sha256", "name", "tokenizer", "loss_mask", "rows", "row_tokens", "padding_tokens", "seed",
-            "template_kwargs", "supervised_token_ratio", "parquet_sha256", "parquet_bytes"}
+            "template_kwargs", "supervised_token_ratio", "parquet_sha256", "parquet_bytes", "packing_policy"}
 
 
 def changed_keys(before: str, after: str) -> set[str]:

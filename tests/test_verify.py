@@ -46,7 +46,8 @@ def test_hash_command_matches_the_manifest(copy):
     output = json.loads(manifest.read_text())["output"]
     result = CliRunner().invoke(main, ["hash", str(parquet)])
     assert result.exit_code == 0
-    for key in ("rows_sha256", "segments_sha256", "parquet_sha256", "parquet_bytes", "rows", "row_tokens"):
+    for key in ("rows_sha256", "segments_sha256", "parquet_sha256", "parquet_bytes", "rows", "row_tokens",
+                "padding_tokens"):
         assert f"{key:<23}{output[key]}" in result.output
     assert f"{output['supervised_token_ratio']!r}" in result.output
 
@@ -190,9 +191,13 @@ def _with_row(row: int, **values):
 
 
 @pytest.mark.parametrize("change, message", [
-    (_with_row(3, loss_mask=[None] + [0] * 511), "row 3: column 'loss_mask' holds a null or empty value"),
+    (_with_row(3, loss_mask=[None] + [0] * 511), "row 3: column 'loss_mask' holds a null value"),
     (_with_row(0, input_ids=None), "row 0: column 'input_ids' is null"),
-    (_with_row(7, conversation_ids=[""]), "row 7: column 'conversation_ids' holds a null or empty value"),
+    (_with_row(7, conversation_ids=[None]), "row 7: column 'conversation_ids' holds a null, or an empty id before"),
+    (_with_row(7, seq_start_id=[0, 9], conversation_ids=["", "x"]),
+     "row 7: column 'conversation_ids' holds a null, or an empty id before its last segment"),
+    (_with_row(7, seq_start_id=[0, 9], conversation_ids=["x", ""]),
+     "row 7: its padding segment (conversation id \"\") holds a target"),
 ])
 def test_nulls_and_empty_ids_are_refused_before_hashing(copy, change, message):
     """numpy reads a null as NaN, which hashes and compares like a number: refused before."""

@@ -171,7 +171,7 @@ def test_a_row_file_with_nulls_is_one_line(built, tmp_path, command):
     result = run(command, str(damaged), *(["--tokenizer", str(TOKENIZER_DIR)] if command == "show" else
                                           ["-o", str(tmp_path / "r.html")]))
     assert result.exit_code == 1 and "Traceback" not in result.output
-    assert result.stderr.strip() == f"error: {damaged}: row 0: column 'loss_mask' holds a null or empty value"
+    assert result.stderr.strip() == f"error: {damaged}: row 0: column 'loss_mask' holds a null value"
 
 
 @pytest.mark.parametrize("command", ["show", "report"])

@@ -1,4 +1,4 @@
-"""Pack stage: one token stream cut into fixed rows.
+"""Packing policy `concat`: one token stream cut into fixed rows (the default).
 
 Conversations follow each other in permutation order with exactly one separator token between
 consecutive ones: the inserted separator is never a target; a conversation whose render already
@@ -12,52 +12,15 @@ where a conversation, or the continuation of one, starts.
 
 from __future__ import annotations
 
-from collections import Counter
-from dataclasses import dataclass, field
-from typing import Iterable, Iterator
+from typing import TYPE_CHECKING, Iterable, Iterator
 
 import numpy as np
 
 from ..encode.encoder import TokenizedConversation
+from .rows import PackStats, Row
 
-
-@dataclass(frozen=True)
-class Row:
-    input_ids: np.ndarray  # int32, row_tokens long
-    loss_mask: np.ndarray  # int8
-    seq_start_id: np.ndarray  # int32, starts with 0, increasing
-    conversation_ids: tuple[str, ...]  # one per segment: whose tokens start at seq_start_id[k]
-    sources: tuple[str, ...]  # the source of each segment's conversation
-    continues: bool  # its first segment's conversation began in an earlier row (kept or skipped)
-
-
-@dataclass
-class PackStats:
-    conversations_read: int = 0
-    empty_renders: int = 0  # conversations the template rendered to no token: left out
-    empty_assistant_turns: int = 0  # in the conversations read
-    separators_inserted: int = 0
-    rows_kept: int = 0
-    rows_skipped_unsupervised: int = 0
-    tokens_kept: int = 0
-    supervised_tokens_kept: int = 0
-    conversations_by_source: Counter = field(default_factory=Counter)  # with tokens in kept rows
-    tokens_by_source: Counter = field(default_factory=Counter)  # tokens in kept rows
-    continued_rows: list[int] = field(default_factory=list)  # kept rows whose Row.continues
-    _last_counted: int = -1
-
-    def count_kept(self, row: Row, positions: np.ndarray) -> None:
-        if row.continues:
-            self.continued_rows.append(self.rows_kept)
-        self.rows_kept += 1
-        self.tokens_kept += len(row.input_ids)
-        self.supervised_tokens_kept += int(row.loss_mask.sum(dtype=np.int64))
-        lengths = np.diff(np.append(row.seq_start_id, len(row.input_ids)))
-        for source, length, position in zip(row.sources, lengths, positions):
-            self.tokens_by_source[source] += int(length)
-            if position > self._last_counted:  # a conversation spanning rows counts once
-                self.conversations_by_source[source] += 1
-                self._last_counted = int(position)
+if TYPE_CHECKING:
+    from .policy import Packing
 
 
 class _Segments:
@@ -90,22 +53,19 @@ class _Segments:
         self.starts = [s - offset for s in self.starts[keep:]]
 
 
-def pack_rows(conversations: Iterable[TokenizedConversation], row_tokens: int, separator_id: int,
-              stats: PackStats) -> Iterator[Row]:
+def pack_rows(conversations: Iterable[TokenizedConversation], packing: Packing, stats: PackStats) -> Iterator[Row]:
     """Rows with at least one target token, in stream order; the caller stops when it has enough."""
+    row_tokens, separator_id = packing.row_tokens, packing.separator_id
     separator_ids = np.array([separator_id], dtype=np.int32)
     separator_mask = np.zeros(1, dtype=np.int8)
     pieces_ids: list[np.ndarray] = []
     pieces_mask: list[np.ndarray] = []
     pending = 0  # tokens buffered, all of them after the last emitted row
     segments = _Segments()
+    last_counted = -1  # stream position of the last conversation counted: one spanning rows counts once
     previous_last: int | None = None
     for conversation in conversations:
-        if not len(conversation.input_ids):
-            stats.empty_renders += 1
-            continue
         stats.conversations_read += 1
-        stats.empty_assistant_turns += conversation.empty_assistant_turns
         if previous_last is not None and previous_last != separator_id:
             pieces_ids.append(separator_ids)
             pieces_mask.append(separator_mask)
@@ -128,7 +88,8 @@ def pack_rows(conversations: Iterable[TokenizedConversation], row_tokens: int, s
             starts, which = segments.row(low, low + row_tokens)
             row = Row(ids[low:low + row_tokens], row_mask, np.asarray(starts, dtype=np.int32),
                       tuple(segments.ids[which]), tuple(segments.sources[which]), segments.starts[which.start] < low)
-            stats.count_kept(row, np.asarray(segments.positions[which]))
+            stats.count_kept(row, first_new=int(segments.positions[which.start] <= last_counted))
+            last_counted = segments.positions[which.stop - 1]
             yield row
         pieces_ids, pieces_mask = [ids[full:]], [mask[full:]]
         pending -= full

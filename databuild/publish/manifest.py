@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ..config import BuildConfig
     from ..inputs.hub import ResolvedInputs
-    from ..pack.concat import PackStats
+    from ..pack.policy import Packing
+    from ..pack.rows import PackStats
     from ..sources.reader import BadConversation
 
 FORMAT = "databuild-manifest/1"
@@ -41,7 +42,7 @@ def dumps(manifest: dict[str, Any]) -> str:
     return json.dumps(manifest, indent=2, sort_keys=False, ensure_ascii=False) + "\n"
 
 
-def build_manifest(config: BuildConfig, inputs: ResolvedInputs, separator: str, sep_id: int, stats: PackStats,
+def build_manifest(config: BuildConfig, inputs: ResolvedInputs, packing: Packing, stats: PackStats,
                    skipped: list[BadConversation], malformed: list[BadConversation], rows_sha256: str,
                    row_digests: list[str], parquet_sha256: str, parquet_bytes: int, file_name: str,
                    parquet_writer: dict[str, Any], encoder_pins: dict[str, Any] | None = None, *,
@@ -60,7 +61,7 @@ def build_manifest(config: BuildConfig, inputs: ResolvedInputs, separator: str, 
             "parquet_bytes": parquet_bytes,
             "rows": stats.rows_kept,
             "row_tokens": config.row_tokens,
-            "padding_tokens": 0,
+            "padding_tokens": stats.padding_tokens,
             "tokens": total,
             "supervised_tokens": stats.supervised_tokens_kept,
             "supervised_token_ratio": stats.supervised_tokens_kept / total if total else 0.0,
@@ -71,11 +72,12 @@ def build_manifest(config: BuildConfig, inputs: ResolvedInputs, separator: str, 
             "permutation": "numpy.random.default_rng(seed).permutation(source_conversations)",
             "take": TAKE_RULE,
             "template_kwargs": config.template_kwargs_dict,
-            "separator": {"token": separator, "id": sep_id},
+            "separator": {"token": packing.separator, "id": packing.separator_id},
             "on_bad_conversation": config.on_bad_conversation,
             "parquet_writer": parquet_writer,
             "chat_template": encoder_pins.get("chat_template"),
             "end_of_turn": encoder_pins.get("end_of_turn"),
+            "packing": packing.record(),
         },
         "inputs": {
             "sources": [source_pins(source) for source in inputs.sources],
@@ -96,6 +98,8 @@ def build_manifest(config: BuildConfig, inputs: ResolvedInputs, separator: str, 
             "empty_renders": stats.empty_renders,
             "empty_assistant_turns": stats.empty_assistant_turns,
             "rows_skipped": {"no_supervised_token": stats.rows_skipped_unsupervised},
+            **({} if packing.policy == "concat" else {"overlong_conversations": {
+                kind: stats.overlong[kind] for kind in ("dropped", "truncated")}}),
             "by_source": {source: {"conversations": stats.conversations_by_source[source],
                                    "tokens": stats.tokens_by_source[source]}
                           for source in sorted(stats.tokens_by_source)},
@@ -190,6 +194,7 @@ SHAPE: dict[str, type | tuple] = {
     "inputs.tokenizer": dict, "inputs.tokenizer.repo": str, "inputs.tokenizer.revision": str,
     "inputs.tokenizer.sha256": dict, "inputs.sources": list, "counts.sources": list,
     "counts.rows_skipped": dict, "counts.conversations_skipped": dict, "counts.by_source": dict,
+    "build.packing": dict, "build.packing.policy": str, "counts.overlong_conversations": dict,
     "counts.conversations_read": int, "counts.source_conversations": int, "counts.separators_inserted": int,
 }
 # Each entry of a mapping's values or of a list: a type, or a mapping's typed fields.
@@ -199,7 +204,7 @@ ITEMS: dict[str, type | dict[str, type | tuple]] = {
                        "selected": int, "selected_sha256": str},
     "counts.sources": {"repo": str, "selected": int, "malformed": int, "conversations_read": int,
                        "conversations_skipped": dict},
-    "counts.rows_skipped": int, "counts.conversations_skipped": int,
+    "counts.rows_skipped": int, "counts.conversations_skipped": int, "counts.overlong_conversations": int,
     "row_digests": str, "continued_rows": int, "versions": str,
     "skipped_conversations": {"index": int, "file": str, "row": int, "id": str, "reason": str, "kind": str,
                               "source": str},

@@ -72,7 +72,19 @@ def recipe_values(manifest: dict[str, Any]) -> list[tuple[tuple[str, ...], Any]]
     ]
     if kwargs:
         values.append((("build", "template_kwargs"), kwargs))
+    # not `packing`: published recipes hold a prose description of the packing under that key
+    values.append((("build", "packing_policy"), packing_text(build.get("packing") or {"policy": "concat"})))
     return values
+
+
+def packing_text(packing: dict[str, Any]) -> str:
+    """The manifest's build.packing as the recipe shows it: `concat`, or e.g.
+    `bfd (window 1000, overlong drop, pad <|endoftext|> id 199999 from tokenizer)`."""
+    if packing["policy"] == "concat":
+        return "concat"
+    pad = packing["pad"]
+    return (f"{packing['policy']} (window {packing['window']}, overlong {packing['overlong']}, "
+            f"pad {pad['token']} id {pad['id']} from {pad['from']})")
 
 
 def _same(current: Any, value: Any) -> bool:

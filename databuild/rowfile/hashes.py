@@ -95,6 +95,7 @@ class ParquetSummary:
     row_tokens: int
     supervised_tokens: int
     row_digests: tuple[str, ...]
+    padding_tokens: int = 0
 
     @property
     def supervised_token_ratio(self) -> float:
@@ -135,20 +136,25 @@ def _values(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _check_nulls(table: pa.Table, first: int, path: Path) -> None:
-    """No null row, no null value inside a row, no empty conversation id: checked before any value
-    is read, as numpy would turn a null into NaN, or a number."""
+    """No null row, no null value inside a row, no empty conversation id but on a row's last segment
+    (padding; _check_group checks it holds no target): checked before any value is read, as numpy
+    would turn a null into NaN, or a number."""
     for name in (n for n in EXPECTED_TYPES if n in table.column_names):
         column = table.column(name).combine_chunks()
         if column.null_count:
             row = int(np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))[0])
             raise RowFormatError(f"{path}: row {first + row}: column '{name}' is null")
         values = column.flatten()
-        empty = pc.equal(pc.utf8_length(values), 0) if name == "conversation_ids" else None
-        bad = values.is_null() if empty is None else pc.or_kleene(values.is_null(), empty)
-        if pc.any(bad).as_py():
-            item = int(np.flatnonzero(bad.to_numpy(zero_copy_only=False))[0])
-            row = int(pc.list_parent_indices(column)[item].as_py())
-            raise RowFormatError(f"{path}: row {first + row}: column '{name}' holds a null or empty value")
+        bad = values.is_null().to_numpy(zero_copy_only=False)
+        if name == "conversation_ids" and len(values):
+            parents = pc.list_parent_indices(column).to_numpy(zero_copy_only=False)
+            last_of_row = np.append(parents[1:] != parents[:-1], True)
+            empty = pc.fill_null(pc.equal(pc.utf8_length(values), 0), False).to_numpy(zero_copy_only=False)
+            bad |= empty & ~last_of_row
+        if bad.any():
+            row = int(pc.list_parent_indices(column)[int(np.flatnonzero(bad)[0])].as_py())
+            what = "a null, or an empty id before its last segment" if name == "conversation_ids" else "a null value"
+            raise RowFormatError(f"{path}: row {first + row}: column '{name}' holds {what}")
 
 
 def check_row_group(table: pa.Table, first: int, path: Path) -> None:
@@ -159,11 +165,13 @@ def check_row_group(table: pa.Table, first: int, path: Path) -> None:
         _check_group(table, first, len(table.column("input_ids")[0]), path)
 
 
-def _check_group(table: pa.Table, first: int, row_tokens: int, path: Path) -> None:
+def _check_group(table: pa.Table, first: int, row_tokens: int, path: Path) -> int:
+    """The shape checks of a row group with every column; returns its padding tokens (those of the
+    rows' final segments with conversation id "", which must hold no target)."""
     _, id_lengths = _values(table.column("input_ids"))
     mask_values, mask_lengths = _values(table.column("loss_mask"))
     starts, start_lengths = _values(table.column("seq_start_id"))
-    _, conversation_lengths = _values(table.column("conversation_ids"))
+    conversation_ids, conversation_lengths = _values(table.column("conversation_ids"))
     for what, bad in (
             (f"has a length other than {row_tokens} tokens", id_lengths != row_tokens),
             ("input_ids and loss_mask lengths differ", mask_lengths != id_lengths),
@@ -184,6 +192,15 @@ def _check_group(table: pa.Table, first: int, row_tokens: int, path: Path) -> No
     if bad.any():
         raise RowFormatError(f"{path}: row {first + int(row_of_start[np.flatnonzero(bad)[0]])}: seq_start_id "
                              "must start at 0 and increase within the row")
+    last = np.cumsum(start_lengths) - 1
+    padded = conversation_ids[last] == ""
+    pad_start = np.where(padded, starts[last], row_tokens).astype(np.int64)
+    in_padding = np.arange(row_tokens) >= pad_start[:, None]
+    supervised_padding = (mask_values.reshape(len(start_lengths), row_tokens).astype(bool) & in_padding).any(axis=1)
+    if supervised_padding.any():
+        raise RowFormatError(f"{path}: row {first + int(np.flatnonzero(supervised_padding)[0])}: its padding "
+                             "segment (conversation id \"\") holds a target")
+    return int((row_tokens - pad_start).sum())
 
 
 def open_row_file(path: Path) -> pq.ParquetFile:
@@ -207,7 +224,7 @@ def hash_parquet(path: Path, file_digest: tuple[str, int] | None = None) -> Parq
     """Every pinned figure of a row file, from the file alone, one row group in memory at a time.
     `file_digest` is the file's (sha256, bytes) when the caller has already read them."""
     parquet = open_row_file(path)
-    hasher, segments, rows, supervised, row_tokens = RowsHasher(), SegmentsHasher(), 0, 0, None
+    hasher, segments, rows, supervised, padding, row_tokens = RowsHasher(), SegmentsHasher(), 0, 0, 0, None
     for group in range(parquet.num_row_groups):
         table = read_row_group(parquet, group, path)
         if not table.num_rows:
@@ -215,7 +232,7 @@ def hash_parquet(path: Path, file_digest: tuple[str, int] | None = None) -> Parq
         _check_nulls(table, rows, path)
         ids, lengths = _values(table.column("input_ids"))
         row_tokens = int(lengths[0]) if row_tokens is None else row_tokens
-        _check_group(table, rows, row_tokens, path)
+        padding += _check_group(table, rows, row_tokens, path)
         mask, _ = _values(table.column("loss_mask"))
         hasher.update_rows(ids.reshape(table.num_rows, -1), mask.reshape(table.num_rows, -1))
         for starts, conversations in zip(table.column("seq_start_id").to_pylist(),
@@ -225,4 +242,4 @@ def hash_parquet(path: Path, file_digest: tuple[str, int] | None = None) -> Parq
         supervised += int(np.count_nonzero(mask))
     digest, size = file_digest or file_sha256(path)
     return ParquetSummary(hasher.hexdigest(), segments.hexdigest(), digest, size, rows, row_tokens or 0, supervised,
-                          tuple(hasher.row_digests))
+                          tuple(hasher.row_digests), padding)

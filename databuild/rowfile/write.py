@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 
 from ..rowfile.hashes import EXPECTED_TYPES, RowsHasher, SegmentsHasher
 from ..publish.manifest import replace_durably
-from ..pack.concat import Row
+from ..pack.rows import Row
 
 # Fixed text, so the bytes stay deterministic. Megatron-Bridge reads these very column names but stores
 # its mask rolled left by one per segment: the words say which convention this file is in.

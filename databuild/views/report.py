@@ -3,7 +3,8 @@
 Self-contained: inline CSS, hand-written inline SVG, no script, font, style or image from anywhere,
 so the page opens air-gapped, can be mailed, and can be archived with the build. It holds no time
 stamp, so the same file gives the same page. Per-row figures stream the parquet one row group at a
-time reading only loss_mask and seq_start_id (the small columns); numpy does the per-token work.
+time reading only loss_mask, seq_start_id and conversation_ids (not the token ids); numpy does the
+per-token work.
 """
 
 from __future__ import annotations
@@ -30,8 +31,9 @@ from ..views.show import compose, decode_spans, id_texts, open_parquet, printabl
 class RowStats:
     tokens: np.ndarray  # per row: its length
     supervised: np.ndarray  # per row: target tokens
-    segments: np.ndarray  # per row: len(seq_start_id)
-    segment_lengths: np.ndarray  # every segment of every row, in file order
+    segments: np.ndarray  # per row: conversation segments (len(seq_start_id), the padding segment left out)
+    segment_lengths: np.ndarray  # every conversation segment of every row, in file order
+    padding: np.ndarray  # per row: tokens of its padding segment (conversation id "")
 
 
 def _flat(column) -> tuple[np.ndarray, np.ndarray]:
@@ -52,17 +54,22 @@ def group_stats(table) -> RowStats:
     # a segment ends where the next one in its row starts; a row's last one at the row's end
     ends = np.append(starts[1:], 0).astype(np.int64)
     ends[np.cumsum(counts)[counts > 0] - 1] = tokens[counts > 0]
-    return RowStats(tokens, supervised, counts, ends - starts)
+    ids, _ = _flat(table.column("conversation_ids"))
+    is_padding = ids == ""
+    rows_of = np.repeat(np.arange(len(counts)), counts)
+    padding = np.bincount(rows_of[is_padding], (ends - starts)[is_padding], minlength=len(counts)).astype(np.int64)
+    return RowStats(tokens, supervised, counts - np.bincount(rows_of[is_padding], minlength=len(counts)),
+                    (ends - starts)[~is_padding], padding)
 
 
 def row_stats(parquet: pq.ParquetFile, path: Path) -> RowStats:
     parts, first = [], 0
     for group in range(parquet.metadata.num_row_groups):
-        table = read_row_group(parquet, group, path, ["loss_mask", "seq_start_id"])
+        table = read_row_group(parquet, group, path, ["loss_mask", "seq_start_id", "conversation_ids"])
         check_row_group(table, first, path)  # a null would count as a number
         parts.append(group_stats(table))
         first += table.num_rows
-    fields = ("tokens", "supervised", "segments", "segment_lengths")
+    fields = ("tokens", "supervised", "segments", "segment_lengths", "padding")
     return RowStats(*(np.concatenate([getattr(p, f) for p in parts] or [np.zeros(0, np.int64)]) for f in fields))
 
 
@@ -113,6 +120,7 @@ def summary(path: Path, stats: RowStats, manifest: dict | None) -> str:
              ("tokens", f"{out.get('tokens', tokens):,}"),
              ("supervised ratio", f"{out.get('supervised_token_ratio', supervised / max(tokens, 1)):.4f}"),
              ("supervised tokens", f"{out.get('supervised_tokens', supervised):,}"),
+             ("padding tokens", f"{int(stats.padding.sum()):,} ({stats.padding.sum() / max(tokens, 1):.2%})"),
              ("conversations read", f"{counts.get('conversations_read', 0):,}" if counts else "?"),
              ("rows skipped", f"{sum((counts.get('rows_skipped') or {}).values()):,}" if counts else "?"),
              ("parquet bytes", f"{out.get('parquet_bytes', path.stat().st_size):,}")]

@@ -33,6 +33,11 @@ class Row:
     conversation_ids: tuple[str, ...]
     continued: bool  # its first segment continues a conversation begun in an earlier row
 
+    @property
+    def padding_start(self) -> int:
+        """Where its padding segment (conversation id "") starts; the row's length if it has none."""
+        return int(self.seq_start_id[-1]) if self.conversation_ids[-1] == "" else len(self.input_ids)
+
 
 @dataclass(frozen=True)
 class Span:
@@ -100,8 +105,9 @@ def read_rows(parquet: pq.ParquetFile, path: Path, first: int, count: int = 1,
 
 
 def spans(row: Row) -> list[Span]:
-    """Runs of equal mask, also cut where a conversation starts; vectorised, no loop over tokens."""
-    size = len(row.input_ids)
+    """Runs of equal mask, also cut where a conversation starts, up to the padding (shown apart by
+    compose); vectorised, no loop over tokens."""
+    size = row.padding_start
     flips = np.flatnonzero(np.diff(row.loss_mask.astype(np.int8))) + 1
     cuts = np.union1d(np.union1d(flips, row.seq_start_id), [0, size])
     starts, ends = cuts[:-1], cuts[1:]
@@ -148,13 +154,20 @@ def compose(row: Row, parts: list[Span], texts: list[str], *, target: Callable[[
             out.append(("" if at_line_start else "\n") + marker(escape(label)) + "\n")
         out.append(target(escape(text)) if part.supervised else escape(text))
         at_line_start = text.endswith("\n")
+    size, pad = len(row.input_ids), row.padding_start
+    if pad < size:  # thousands of one pad token say nothing decoded: one line says it all
+        label = f"⟦padding⟧ tokens {pad}..{size - 1}: {size - pad} × token id {int(row.input_ids[pad])}, never targets"
+        out.append(("" if at_line_start else "\n") + marker(escape(label)) + "\n")
+        at_line_start = True
     return "".join(out) + ("" if at_line_start else "\n")
 
 
 def row_header(row: Row, total_rows: int) -> str:
-    supervised, size = int(np.count_nonzero(row.loss_mask)), len(row.input_ids)
+    supervised, size, pad = int(np.count_nonzero(row.loss_mask)), len(row.input_ids), row.padding_start
+    segments = len(row.seq_start_id) - (pad < size)
     return (f"row {row.index} of {total_rows}: supervised {supervised} / {size} tokens "
-            f"({supervised / max(size, 1):.2%}), {_plural(len(row.seq_start_id), 'conversation segment')}")
+            f"({supervised / max(size, 1):.2%}), {_plural(segments, 'conversation segment')}"
+            + (f", {size - pad} padding tokens" if pad < size else ""))
 
 
 def _plural(count: int, noun: str) -> str:

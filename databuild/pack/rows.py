@@ -1,0 +1,54 @@
+"""What every packing policy yields and counts: rows, and the tallies the manifest reports."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+PADDING_ID = ""  # the conversation id of a row's final padding segment (real ids are never empty)
+
+
+@dataclass(frozen=True)
+class Row:
+    input_ids: np.ndarray  # int32, row_tokens long
+    loss_mask: np.ndarray  # int8
+    seq_start_id: np.ndarray  # int32, starts with 0, increasing
+    conversation_ids: tuple[str, ...]  # one per segment: whose tokens start at seq_start_id[k]; "" = padding
+    sources: tuple[str, ...]  # the source of each segment's conversation ("" for padding)
+    continues: bool  # its first segment's conversation began in an earlier row (kept or skipped)
+
+
+@dataclass
+class PackStats:
+    conversations_read: int = 0
+    empty_renders: int = 0  # conversations the template rendered to no token: left out of the stream
+    empty_assistant_turns: int = 0  # in the conversations passed to the policy
+    separators_inserted: int = 0
+    rows_kept: int = 0
+    rows_skipped_unsupervised: int = 0
+    tokens_kept: int = 0
+    supervised_tokens_kept: int = 0
+    padding_tokens: int = 0  # tokens of padding segments in kept rows
+    overlong: Counter = field(default_factory=Counter)  # conversations longer than a row, by what was done
+    conversations_by_source: Counter = field(default_factory=Counter)  # with tokens in kept rows
+    tokens_by_source: Counter = field(default_factory=Counter)  # tokens in kept rows, padding excluded
+    continued_rows: list[int] = field(default_factory=list)  # kept rows whose Row.continues
+
+    def count_kept(self, row: Row, first_new: int = 0) -> None:
+        """Tally a kept row; its segments from `first_new` on are conversations not counted before
+        (a conversation spanning rows counts once)."""
+        if row.continues:
+            self.continued_rows.append(self.rows_kept)
+        self.rows_kept += 1
+        self.tokens_kept += len(row.input_ids)
+        self.supervised_tokens_kept += int(row.loss_mask.sum(dtype=np.int64))
+        lengths = np.diff(np.append(row.seq_start_id, len(row.input_ids)))
+        for k, (source, conversation, length) in enumerate(zip(row.sources, row.conversation_ids, lengths)):
+            if conversation == PADDING_ID:
+                self.padding_tokens += int(length)
+                continue
+            self.tokens_by_source[source] += int(length)
+            if k >= first_new:
+                self.conversations_by_source[source] += 1
