@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 import pyarrow as pa
@@ -49,13 +50,15 @@ class RowsHasher:
         return self._sha.hexdigest()
 
 
-def file_sha256(path: Path) -> tuple[str, int]:
-    """(hex digest, size in bytes), streaming."""
+def file_sha256(path: Path, progress: Callable[[int], Any] | None = None) -> tuple[str, int]:
+    """(hex digest, size in bytes), streaming; `progress` is given the size of each chunk read."""
     sha, size = hashlib.sha256(), 0
     with open(path, "rb") as handle:
         while chunk := handle.read(FILE_CHUNK):
             sha.update(chunk)
             size += len(chunk)
+            if progress is not None:
+                progress(len(chunk))
     return sha.hexdigest(), size
 
 

@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc  # noqa: F401  (pa.ipc)
+from tqdm import tqdm
 
 from ..sources.permute import inverse_permutation
 from ..sources.reader import COLUMNS, BadConversation, Conversation, SourceFile, check_batch, iter_batches
@@ -81,6 +82,8 @@ class Spill:
                     found += check_batch(file, offset, batch)
                 positions = self.positions_of[offset:offset + batch.num_rows]
                 rows = np.flatnonzero((positions >= start) & (positions < stop))
+                with lock:
+                    bar.update(batch.num_rows)
                 if not len(rows):
                     continue
                 buckets = positions[rows] // self.window
@@ -100,8 +103,11 @@ class Spill:
             return found
 
         # Parquet decoding, the checks and the takes run in Arrow's C++ without the GIL.
+        # disable=None: a bar on a terminal, nothing in logs and CI
+        bar = tqdm(total=self.size, unit="conv", desc="checking and spilling the source" if check else
+                   "spilling more of the source", disable=None, leave=False)
         try:
-            with ThreadPoolExecutor(max_workers=max(1, self.threads)) as pool:
+            with bar, ThreadPoolExecutor(max_workers=max(1, self.threads)) as pool:
                 found = [m for part in pool.map(one_file, self.files) for m in part]  # file order: source order
         finally:
             for writer in writers.values():
