@@ -15,6 +15,7 @@ TOKENIZER_DIR = FIXTURES / "muse-tiny-tokenizer"
 SOURCE_DIR = FIXTURES / "tulu-tiny"
 TINY = "muse-spark-tiny-fixed512-v1"
 TINY_CONFIG = REPO / "configs" / f"{TINY}.yaml"
+TINY_LOCK = f".{TINY}.lock"  # the output's lock file: it stays, empty, beside the build (publish/lock.py)
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,8 @@
 """The manifest: every pin, count and library version of a build, written last, beside the parquet.
 
-It holds no time stamp or host name, so the same build writes the same manifest bytes.
+It holds no time stamp or host name, so the same build writes the same manifest bytes. Its `build`,
+`inputs` and `versions` sections hold only what is fixed before the first row is built: `make`
+compares them with the ones it would write to tell an up-to-date build (publish/current.py).
 """
 
 from __future__ import annotations
@@ -70,6 +72,8 @@ def build_manifest(config: BuildConfig, inputs: ResolvedInputs, separator: str, 
             "separator": {"token": separator, "id": sep_id},
             "on_bad_conversation": config.on_bad_conversation,
             "parquet_writer": parquet_writer,
+            "rows": config.rows,
+            "row_tokens": config.row_tokens,
         },
         "inputs": {
             "source": {
