@@ -21,7 +21,7 @@ import numpy as np
 from ..errors import BuildError
 from ..encode.masks import STRATEGIES, MaskError, place_assistant_contents, spans_to_mask
 from ..encode.render import Renderer
-from ..sources.reader import Conversation, Problem
+from ..sources.reader import Conversation, Problem, shown_id
 
 
 @dataclass(frozen=True)
@@ -107,7 +107,7 @@ MACHINE_LIMITS = (RecursionError, MemoryError)
 
 
 def _machine_limit(conversation: Conversation, exc: BaseException) -> BuildError:
-    return BuildError(f"conversation {conversation.id!r} (source row {conversation.index}): rendering it hit a "
+    return BuildError(f"conversation {shown_id(conversation.id)} (source row {conversation.index}): rendering it hit a "
                       f"{type(exc).__name__}, a limit of this machine, not of the conversation; nothing was written")
 
 

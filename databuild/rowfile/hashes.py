@@ -27,9 +27,9 @@ ROW_DIGEST_HEX = 16
 
 def row_bytes(input_ids: np.ndarray, loss_mask: np.ndarray) -> np.ndarray:
     """(rows, row_tokens) arrays to (rows, 5 * row_tokens) bytes: each row's ids (<i4), then its mask."""
-    rows = len(input_ids)
-    ids_bytes = np.ascontiguousarray(input_ids, dtype="<i4").view(np.uint8).reshape(rows, -1)
-    return np.concatenate([ids_bytes, np.asarray(loss_mask).astype(np.uint8).reshape(rows, -1)], axis=1)
+    # A C-contiguous (rows, n) array viewed as bytes is (rows, 4n): no reshape, which zero rows could not infer.
+    ids_bytes = np.ascontiguousarray(input_ids, dtype="<i4").view(np.uint8)
+    return np.concatenate([ids_bytes, np.asarray(loss_mask).astype(np.uint8)], axis=1)
 
 
 class RowsHasher:

@@ -63,7 +63,14 @@ class BadConversation:
     kind: str = "malformed"
 
     def message(self) -> str:
-        return f"{self.file}: row {self.row} (id {self.id!r}): {self.reason}"
+        return f"{self.file}: row {self.row} (id {shown_id(self.id)}): {self.reason}"
+
+
+def shown_id(conversation_id: str, limit: int = 60) -> str:
+    """An id as a message quotes it: whole when short, else its start and its length (an id may be any size)."""
+    if len(conversation_id) <= limit:
+        return repr(conversation_id)
+    return f"{conversation_id[:limit]!r}... ({len(conversation_id):,} characters)"
 
 
 def locate_row(files: list[SourceFile], index: int) -> tuple[str, int]:
@@ -129,10 +136,34 @@ def iter_batches(file: SourceFile) -> Iterator[tuple[int, pa.RecordBatch]]:
     offset = file.first_index
     try:
         for batch in pq.ParquetFile(file.path).iter_batches(batch_size=READ_BATCH_ROWS, columns=COLUMNS):
-            yield offset, batch.select(COLUMNS).cast(SOURCE_SCHEMA)
+            batch = batch.select(COLUMNS).cast(SOURCE_SCHEMA)
+            _check_utf8(file, offset, batch)
+            yield offset, batch
             offset += batch.num_rows
     except (OSError, pa.ArrowException) as exc:
         raise BuildError(f"{file.name}: unreadable after row {offset - file.first_index}: {exc}") from None
+
+
+def _check_utf8(file: SourceFile, offset: int, batch: pa.RecordBatch) -> None:
+    """Parquet strings are UTF-8; bytes that are not (a lone surrogate written raw, a damaged page) would
+    stop the build deep in Python, so the file is refused here, naming the first such row."""
+    if _valid(batch):
+        return
+    row = next(r for r in range(batch.num_rows) if not _valid(batch.slice(r, 1)))
+    try:
+        name = shown_id(batch.column("id")[row].as_py() or "")
+    except UnicodeDecodeError:
+        name = "not UTF-8 either"
+    raise BuildError(f"{file.name}: row {offset + row - file.first_index} (id {name}): text that is not valid "
+                     "UTF-8 (parquet strings are UTF-8: the file is damaged)")
+
+
+def _valid(batch: pa.RecordBatch) -> bool:
+    try:
+        batch.validate(full=True)
+    except pa.ArrowInvalid:
+        return False
+    return True
 
 
 def _malformed_rows(batch: pa.RecordBatch) -> dict[int, str]:
