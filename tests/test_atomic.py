@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -73,7 +74,8 @@ def test_disk_full_while_writing(tiny_build, previous, monkeypatch):
     monkeypatch.setattr(pq.ParquetWriter, "write_table", full)
     result = CliRunner().invoke(main, ["make", TINY, "--out", str(previous), "--force"])
     assert result.exit_code == 1
-    assert result.output.strip() == "error: No space left on device: rows.parquet.partial"
+    assert re.fullmatch(rf"error: {previous}/{TINY}\.parquet\.\d+-[0-9a-f]{{8}}\.partial: writing the rows failed "
+                        r"\(No space left on device\); nothing published", result.output.strip())
     still_the_previous_build(previous, tiny_build)
 
 

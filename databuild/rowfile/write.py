@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..errors import BuildError
 from ..rowfile.hashes import EXPECTED_TYPES, RowsHasher
 from ..publish.manifest import replace_durably
 from ..pack.concat import Row
@@ -88,8 +89,10 @@ def write_rows(rows: Iterable[Row], partial: Path, row_tokens: int, hasher: Rows
                 writer.write_table(_table(group), row_group_size=group_rows)
         with open(partial, "rb+") as handle:
             os.fsync(handle.fileno())
-    except BaseException:
+    except BaseException as exc:
         partial.unlink(missing_ok=True)
+        if isinstance(exc, OSError):  # a full disk, most often (pyarrow's errors name no file)
+            raise BuildError(f"{partial}: writing the rows failed ({exc.strerror or exc}); nothing published") from None
         raise
     return count
 

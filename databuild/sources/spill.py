@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 import pyarrow.ipc  # noqa: F401  (pa.ipc)
 from tqdm import tqdm
 
+from ..errors import BuildError
 from ..sources.permute import inverse_permutation
 from ..sources.reader import COLUMNS, BadConversation, Conversation, SourceFile, check_batch, iter_batches
 
@@ -107,11 +108,15 @@ class Spill:
         bar = tqdm(total=self.size, unit="conv", desc="checking and spilling the source" if check else
                    "spilling more of the source", disable=None, leave=False)
         try:
-            with bar, ThreadPoolExecutor(max_workers=max(1, self.threads)) as pool:
-                found = [m for part in pool.map(one_file, self.files) for m in part]  # file order: source order
-        finally:
-            for writer in writers.values():
-                writer.close()
+            try:
+                with bar, ThreadPoolExecutor(max_workers=max(1, self.threads)) as pool:
+                    found = [m for part in pool.map(one_file, self.files) for m in part]  # file order: source order
+            finally:
+                for writer in writers.values():
+                    writer.close()
+        except OSError as exc:  # a full $TMPDIR, most often (while writing, or closing, a bucket): say where
+            raise BuildError(f"{self.directory}: spilling the source failed ({exc.strerror or exc}); the spill "
+                             "needs free space in $TMPDIR: free some, or point TMPDIR at a larger disk") from None
         self.spilled, self.passes = stop, self.passes + 1
         return found
 
