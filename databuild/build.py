@@ -1,9 +1,13 @@
 """`databuild make`: the stages wired together, then the results published atomically.
 
-Order of publication: parquet written and fsynced under NAME.parquet.partial; the old manifest
-removed; the parquet renamed to its final name; the manifest written last. A build is complete
-exactly when its manifest exists: a crash at any point leaves no manifest that describes a file
-it does not match.
+First the inputs are resolved and hashed and the tokenizer loaded; when the build already in the
+output directory is up to date for them (publish/current.py), make returns without taking any lock
+or writing anything. Otherwise it takes the output's lock (publish/lock.py), looks again (another
+process may have just built it), and builds. Order of publication, all under the lock: parquet
+written and fsynced under a partial name of this process's own; the source files hashed again (a
+file changed while the build read it is refused); the old manifest removed; the parquet renamed to
+its final name; the manifest written last. A build is complete exactly when its manifest exists: a
+crash at any point leaves no manifest that describes a file it does not match.
 """
 
 from __future__ import annotations
@@ -22,8 +26,10 @@ from .config import BuildConfig
 from .encode.encoder import Encoder, TokenizedConversation, encode_stream
 from .errors import BuildError
 from .rowfile.hashes import RowsHasher, SegmentsHasher, file_sha256
-from .inputs.hub import ResolvedInputs, resolve_inputs
-from .publish.manifest import build_manifest, manifest_path, write_manifest
+from .inputs.hub import ResolvedInputs, check_unchanged, resolve_inputs
+from .publish.current import stale_reason
+from .publish.lock import exclusive
+from .publish.manifest import build_manifest, manifest_path, read_manifest, write_manifest
 from .pack.bfd import OverlongConversation
 from .pack.policy import Packing, pack, packing_for
 from .pack.rows import PackStats
@@ -31,7 +37,7 @@ from .sources.mixture import stream_positions
 from .encode.render import Renderer, load_tokenizer
 from .sources.reader import BadConversation, Conversation, Problem, SourceFile, bad_conversation
 from .sources.spill import Spill, expected_prefix
-from .rowfile.write import WRITER_OPTIONS, partial_path, publish, rows_per_group, write_rows
+from .rowfile.write import WRITER_OPTIONS, partial_path, partials, publish, rows_per_group, write_rows
 
 DEFAULT_BATCH = 256
 DEFAULT_WINDOW = 8192  # conversations per spilled bucket: the memory bound of the source stage
@@ -43,6 +49,8 @@ class BuildResult:
     manifest: Path
     data: dict[str, Any]  # the manifest's content
     seconds: float
+    built: str | None = None  # why this make built it (no build yet, what differed, --force); None: up to date
+    waited: float = 0.0  # seconds spent waiting for another process's lock on the output
 
 
 def encoder_pins(encoder: Encoder) -> dict[str, Any]:
@@ -87,6 +95,38 @@ def _check_malformed(config: BuildConfig, found: list[BadConversation]) -> dict[
     return {m.index: m for m in found}
 
 
+@dataclass(frozen=True)
+class Pinned:
+    """The inputs resolved and hashed, the tokenizer loaded, the template compiled: all that a build's
+    pinned manifest sections depend on, known before its first row."""
+    config: BuildConfig
+    inputs: ResolvedInputs
+    packing: Packing
+    encoder: Encoder
+
+
+def pin(config: BuildConfig, offline: bool = False) -> Pinned:
+    inputs = resolve_inputs(config, offline=offline)
+    tokenizer = load_tokenizer(inputs.tokenizer_dir)
+    renderer = Renderer.for_tokenizer(tokenizer, config.template_kwargs_dict, config.chat_template_name)
+    renderer.compile()
+    encoder = Encoder(tokenizer, renderer, config.loss_mask, config.end_of_turn)
+    return Pinned(config, inputs, packing_for(tokenizer, config), encoder)
+
+
+def manifest_of(build: Pinned | Prepared, parquet_name: str, stats: PackStats | None = None,
+                skipped: list[BadConversation] = (), hasher: RowsHasher | None = None,
+                segments: SegmentsHasher | None = None, parquet: tuple[str, int] = ("", 0)) -> dict[str, Any]:
+    """The manifest of `build`; without stats and hashes, the one it will write as far as it is known
+    before its first row, whose pinned sections tell whether a build already there is up to date."""
+    malformed = list(build.malformed.values()) if isinstance(build, Prepared) else []
+    hasher, segments = hasher or RowsHasher(), segments or SegmentsHasher()
+    writer = {**WRITER_OPTIONS, "row_group_rows": rows_per_group(build.config.row_tokens)}
+    return build_manifest(build.config, build.inputs, build.packing, stats or PackStats(), list(skipped), malformed,
+                          hasher.hexdigest(), hasher.row_digests, *parquet, parquet_name, writer,
+                          encoder_pins(build.encoder), segments_sha256=segments.hexdigest())
+
+
 @dataclass
 class Prepared:
     """Everything checked and loaded before the first row: what every executor streams from.
@@ -113,13 +153,12 @@ class Prepared:
 
 
 def prepare(config: BuildConfig, offline: bool = False, window: int = DEFAULT_WINDOW,
-            spill_prefix: int | None = None) -> Prepared:
-    """Resolve and check the inputs, load the tokenizer, and make the first pass over the source:
-    it checks every conversation and spills the stream's expected prefix (`spill_prefix` overrides
-    it). Nothing is rendered before this."""
-    inputs = resolve_inputs(config, offline=offline)
-    tokenizer = load_tokenizer(inputs.tokenizer_dir)
-    packing = packing_for(tokenizer, config)
+            spill_prefix: int | None = None, pinned: Pinned | None = None) -> Prepared:
+    """Resolve and check the inputs, load the tokenizer (unless `pinned` has), and make the first
+    pass over the source: it checks every conversation and spills the stream's expected prefix
+    (`spill_prefix` overrides it). Nothing is rendered before this."""
+    pinned = pinned or pin(config, offline)
+    inputs = pinned.inputs
     positions = stream_positions(*inputs.selections, sum(f.rows for f in inputs.source_files), config.seed)
     spill_dir = tempfile.TemporaryDirectory(prefix="databuild-")
     try:
@@ -127,27 +166,43 @@ def prepare(config: BuildConfig, offline: bool = False, window: int = DEFAULT_WI
         if spill_prefix is None:
             spill_prefix = expected_prefix(inputs.source_files, positions, config.rows * config.row_tokens)
         malformed = _check_malformed(config, spill.check_and_spill(spill_prefix))
-        renderer = Renderer.for_tokenizer(tokenizer, config.template_kwargs_dict, config.chat_template_name)
-        renderer.compile()
-        encoder = Encoder(tokenizer, renderer, config.loss_mask, config.end_of_turn)
     except BaseException:
         spill_dir.cleanup()
         raise
-    return Prepared(config, inputs, packing, malformed, encoder, spill, spill_dir)
+    return Prepared(config, inputs, pinned.packing, malformed, pinned.encoder, spill, spill_dir)
 
 
-def make(config: BuildConfig, out_dir: Path, *, offline: bool = False, workers: int = 1,
+def make(config: BuildConfig, out_dir: Path, *, force: bool = False, offline: bool = False, workers: int = 1,
          batch_size: int = DEFAULT_BATCH, window: int = DEFAULT_WINDOW, spill_prefix: int | None = None,
          progress: bool | None = None, executor: str = "local", ray_address: str | None = None) -> BuildResult:
+    """Build config into out_dir/NAME.parquet, unless the build there is up to date (`force`: build anyway)."""
     started = time.perf_counter()
-    with prepare(config, offline, window, spill_prefix) as prepared:
-        return _make(prepared, Path(out_dir), workers, batch_size, progress, executor, ray_address, started)
+    final = Path(out_dir) / f"{config.name}.parquet"
+    pinned = pin(config, offline)
+    expected = manifest_of(pinned, final.name)
+    if not force and stale_reason(final, expected) is None:  # no lock taken, nothing written
+        return _current(final, started)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    with exclusive(final, f"make of {config.name} into {final.parent}") as waited:
+        for partial in partials(final):  # under the lock: whoever wrote it is gone
+            partial.unlink(missing_ok=True)
+        reason = "--force given" if force else stale_reason(final, expected)
+        if reason is None:  # another process built it while this one waited
+            return replace(_current(final, started), waited=waited)
+        with prepare(config, offline, window, spill_prefix, pinned) as prepared:
+            result = _make(prepared, final, workers, batch_size, progress, executor, ray_address, started)
+    return replace(result, built=reason, waited=waited)
 
 
-def _make(prepared: Prepared, out_dir: Path, workers: int, batch_size: int, progress: bool | None,
+def _current(final: Path, started: float) -> BuildResult:
+    manifest_file = manifest_path(final)
+    return BuildResult(final, manifest_file, read_manifest(manifest_file), time.perf_counter() - started)
+
+
+def _make(prepared: Prepared, final: Path, workers: int, batch_size: int, progress: bool | None,
           executor: str, ray_address: str | None, started: float) -> BuildResult:
     config, inputs, encoder = prepared.config, prepared.inputs, prepared.encoder
-    final = out_dir / f"{config.name}.parquet"
+    partial = partial_path(final)
     stats, skipped, hasher, segments = PackStats(), [], RowsHasher(), SegmentsHasher()
     conversations = prepared.conversations()
     if executor == "ray":
@@ -163,24 +218,22 @@ def _make(prepared: Prepared, out_dir: Path, workers: int, batch_size: int, prog
         bar = tqdm(rows, total=config.rows, unit="row", desc=config.name,
                    disable=None if progress is None else not progress, leave=False)
         try:
-            written = write_rows(bar, final, config.row_tokens, hasher, segments)
+            written = write_rows(bar, partial, config.row_tokens, hasher, segments)
         except OverlongConversation as exc:
             bad = bad_conversation(list(inputs.source_files), exc.conversation.index, exc.conversation.id,
                                    str(exc), "overlong")
             raise BuildError(f"conversation longer than a row: {bad.message()}; set overlong: drop or "
                              "truncate in the config to drop or cut such conversations") from None
-    partial = partial_path(final)
-    if written < config.rows:
+    try:
+        if written < config.rows:
+            raise BuildError(f"the source ran out: {written} rows kept of the {config.rows} the config asks for "
+                             f"({stats.conversations_read} conversations packed, {len(skipped)} skipped as bad, "
+                             f"{stats.rows_skipped_unsupervised} rows skipped without targets)")
+        check_unchanged(inputs)
+        manifest = manifest_of(prepared, final.name, stats, skipped, hasher, segments, file_sha256(partial))
+    except BaseException:
         partial.unlink(missing_ok=True)
-        raise BuildError(f"the source ran out: {written} rows kept of the {config.rows} the config asks for "
-                         f"({stats.conversations_read} conversations packed, {len(skipped)} skipped as bad, "
-                         f"{stats.rows_skipped_unsupervised} rows skipped without targets)")
-    parquet_sha256, parquet_bytes = file_sha256(partial)
-    writer = {**WRITER_OPTIONS, "row_group_rows": rows_per_group(config.row_tokens)}
-    manifest = build_manifest(config, inputs, prepared.packing, stats, skipped,
-                              list(prepared.malformed.values()), hasher.hexdigest(), hasher.row_digests,
-                              parquet_sha256, parquet_bytes, final.name, writer, encoder_pins(encoder),
-                              segments_sha256=segments.hexdigest())
+        raise
     manifest_file = manifest_path(final)
     manifest_file.unlink(missing_ok=True)
     publish(partial, final)

@@ -78,9 +78,16 @@ def _overrides(config, dataset_dir, tokenizer_dir):
                    "values it lacks are added; one it pins differently is refused (exit 1, recipe unchanged).")
 @click.option("--repin", is_flag=True,
               help="Overwrite values the recipe already holds with this build's, e.g. when publishing a new version.")
+@click.option("--force", is_flag=True,
+              help="Build even when the build in --out is up to date, and replace it.")
 @one_line_errors
-def make(name, out_dir, offline, dataset_dir, tokenizer_dir, workers, batch_size, executor, ray_address, recipe, repin):
+def make(name, out_dir, offline, dataset_dir, tokenizer_dir, workers, batch_size, executor, ray_address, recipe, repin,
+         force):
     """Build the rows of config NAME (a config name or a path to a config YAML).
+
+    A build already in --out whose manifest records this config's pins and settings, and whose file
+    verifies, is up to date: make says so and returns, writing nothing. Several makes of one config into
+    one directory at once (every rank of a training job): one builds, the others wait for it and use it.
 
     \b
     Examples:
@@ -89,15 +96,22 @@ def make(name, out_dir, offline, dataset_dir, tokenizer_dir, workers, batch_size
       databuild make configs/my-build.yaml --out /data/rows --recipe recipe.yaml
       databuild make configs/my-build-v2.yaml --recipe recipe.yaml --repin   # a new version
       databuild make NAME --dataset-dir ./tulu --tokenizer-dir ./tok   # air-gapped
+      databuild make muse-spark-tiny-fixed512-v1 --force   # rebuild, even if up to date
     """
     from .build import make as run_make
     from .config import resolve_config
 
     config = _overrides(resolve_config(name), dataset_dir, tokenizer_dir)
-    result = run_make(config, out_dir, offline=offline, workers=workers, batch_size=batch_size,
+    result = run_make(config, out_dir, force=force, offline=offline, workers=workers, batch_size=batch_size,
                       executor=executor, ray_address=ray_address)
     s = result.data["output"]
     skipped = result.data["counts"]["rows_skipped"]["no_supervised_token"]
+    waited = f" after waiting {result.waited:.1f} s for another make" if result.waited >= 0.05 else ""
+    if result.built is None:
+        click.echo(f"up to date{waited}: the manifest records this config's pins and settings and the file verifies "
+                   f"(checked in {result.seconds:.1f} s; nothing written; --force rebuilds)")
+    else:
+        click.echo(f"built{waited}: {result.built}")
     click.echo(f"{result.parquet}\n"
                f"  rows                   {s['rows']} x {s['row_tokens']} tokens ({s['tokens']:,} tokens)\n"
                f"  supervised_token_ratio {s['supervised_token_ratio']:.4f}\n"
@@ -107,8 +121,9 @@ def make(name, out_dir, offline, dataset_dir, tokenizer_dir, workers, batch_size
                + f"  rows_sha256            {s['rows_sha256']}\n"
                f"  parquet_sha256         {s['parquet_sha256']}\n"
                f"  parquet_bytes          {s['parquet_bytes']:,}\n"
-               f"  time                   {result.seconds:.1f} s ({s['tokens'] / max(result.seconds, 1e-9):,.0f} tokens/s)\n"
-               f"  manifest               {result.manifest}")
+               + (f"  time                   {result.seconds:.1f} s ({s['tokens'] / max(result.seconds, 1e-9):,.0f} "
+                  "tokens/s)\n" if result.built is not None else "")
+               + f"  manifest               {result.manifest}")
     if recipe is not None:
         from .publish.recipe import update_recipe
         from .verify import gather, verify

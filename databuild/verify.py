@@ -16,7 +16,7 @@ from typing import Any
 from .errors import BuildError
 from .rowfile.hashes import ParquetSummary, RowFormatError, UnreadableError, file_sha256, hash_parquet
 from .publish.manifest import library_versions, manifest_path, read_manifest
-from .rowfile.write import partial_path
+from .rowfile.write import partials
 
 EXIT_OK, EXIT_DIFFERENT, EXIT_USAGE, EXIT_UNREADABLE = 0, 1, 2, 3
 FILE_FIELDS = ("parquet_sha256", "parquet_bytes")
@@ -125,9 +125,9 @@ def verify(parquet: Path, expected: Expected) -> Report:
         report.failures.append(f"{parquet}: no such file")
         report.unreadable = True
         return report
-    if partial_path(parquet).exists():
-        report.failures.append(f"{partial_path(parquet)}: an incomplete build was left behind "
-                               "(a build was interrupted; rerun make, or delete it)")
+    for partial in partials(parquet):
+        report.failures.append(f"{partial}: an incomplete build was left behind, or one is running "
+                               "(an interrupted build: rerun make, which removes it)")
     digest, size = file_sha256(parquet)
     summary: ParquetSummary | None = None
     try:
@@ -144,8 +144,11 @@ def verify(parquet: Path, expected: Expected) -> Report:
                      supervised_token_ratio=summary.supervised_token_ratio,
                      padding_tokens=summary.padding_tokens, segments_sha256=summary.segments_sha256)
     for expectation in expected.checks:
-        if expectation.field not in found:
-            continue  # the rows could not be read: already reported
+        if expectation.field not in found:  # fail closed: an expectation never goes unchecked
+            why = "the rows could not be read" if summary is None else "verify computes no such figure"
+            report.failures.append(f"{expectation.field}: expected {expectation.value} ({expectation.origin}), "
+                                   f"not checked: {why}")
+            continue
         value = found[expectation.field]
         if not _compare(expectation, value):
             line = f"{expectation.field}: expected {expectation.value}, found {value} ({expectation.origin})"

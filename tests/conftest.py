@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
@@ -21,6 +23,7 @@ TEMPLATES = FIXTURES / "templates"
 PHI3 = next((d / "shared" / "reference-tokenizers" / "phi-3-mini" for d in REPO.parents
              if (d / "shared" / "reference-tokenizers" / "phi-3-mini" / "tokenizer.json").is_file()), None)
 needs_phi3 = pytest.mark.skipif(PHI3 is None, reason="the Phi-3 reference tokenizer is not here")
+TINY_LOCK = f".{TINY}.lock"  # the output's lock file: it stays, empty, beside the build (publish/lock.py)
 
 
 @pytest.fixture(scope="session")
@@ -82,3 +85,23 @@ def write_config(path: Path, **changes) -> Path:
 def messages(*pairs: tuple[str, str]) -> tuple[dict, ...]:
     """Messages from (role, content) pairs, in the Tulu schema's key order."""
     return tuple({"content": content, "role": role} for role, content in pairs)
+
+
+# Cases the fuzz and property tests ran, by group and outcome (built, refused, examples): printed at the end
+# of the run, and written as JSON to $DATABUILD_CASES_REPORT when it is set.
+CASE_COUNTS: defaultdict[str, Counter] = defaultdict(Counter)
+
+
+def record_count(group: str, outcome: str) -> None:
+    CASE_COUNTS[group][outcome] += 1
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not CASE_COUNTS:
+        return
+    terminalreporter.section("generated cases")
+    for group, counts in sorted(CASE_COUNTS.items()):
+        terminalreporter.write_line(f"{group}: {sum(counts.values())} tried ("
+                                    + ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items())) + ")")
+    if os.environ.get("DATABUILD_CASES_REPORT"):
+        Path(os.environ["DATABUILD_CASES_REPORT"]).write_text(json.dumps(CASE_COUNTS, indent=2, sort_keys=True) + "\n")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -16,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from conftest import REPO, TINY, TINY_CONFIG
+from conftest import REPO, TINY, TINY_CONFIG, TINY_LOCK
 from databuild.build import make
 from databuild.cli import main
 from databuild.encode.encoder import Encoder
@@ -38,7 +39,7 @@ def previous(tiny_build, tmp_path):
 
 
 def still_the_previous_build(out, tiny_build):
-    assert names(out) == sorted([tiny_build.parquet.name, tiny_build.manifest.name])
+    assert names(out) == sorted([TINY_LOCK, tiny_build.parquet.name, tiny_build.manifest.name])
     parquet = out / tiny_build.parquet.name
     assert parquet.read_bytes() == tiny_build.parquet.read_bytes()
     assert verify(parquet, gather(parquet)).failures == []
@@ -58,11 +59,11 @@ def test_exception_after_k_batches(tiny_config, tiny_build, previous, tmp_path, 
     for out in (tmp_path / "fresh", previous):
         calls["n"] = 0
         with pytest.raises(RuntimeError, match="injected"):
-            make(tiny_config, out, batch_size=8, progress=False)
-    assert names(tmp_path / "fresh") == []
+            make(tiny_config, out, batch_size=8, progress=False, force=True)
+    assert names(tmp_path / "fresh") == [TINY_LOCK]
     still_the_previous_build(previous, tiny_build)
     monkeypatch.undo()
-    rerun = make(tiny_config, previous, progress=False)
+    rerun = make(tiny_config, previous, progress=False, force=True)
     assert rerun.parquet.read_bytes() == tiny_build.parquet.read_bytes()
 
 
@@ -71,9 +72,10 @@ def test_disk_full_while_writing(tiny_build, previous, monkeypatch):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "rows.parquet.partial")
 
     monkeypatch.setattr(pq.ParquetWriter, "write_table", full)
-    result = CliRunner().invoke(main, ["make", TINY, "--out", str(previous)])
+    result = CliRunner().invoke(main, ["make", TINY, "--out", str(previous), "--force"])
     assert result.exit_code == 1
-    assert result.output.strip() == "error: No space left on device: rows.parquet.partial"
+    assert re.fullmatch(rf"error: {previous}/{TINY}\.parquet\.\d+-[0-9a-f]{{8}}\.partial: writing the rows failed "
+                        r"\(No space left on device\); nothing published", result.output.strip())
     still_the_previous_build(previous, tiny_build)
 
 
@@ -96,7 +98,7 @@ KILLED_MID_WRITE = textwrap.dedent("""
         return table(rows)
 
     write._table = slow_table
-    make(load_config(sys.argv[1]), Path(sys.argv[2]), progress=False)
+    make(load_config(sys.argv[1]), Path(sys.argv[2]), progress=False, force=True)
 """)
 
 
@@ -110,8 +112,7 @@ def test_sigkill_mid_write_then_rerun(tiny_config, tiny_build, previous, tmp_pat
     assert marker.exists(), "the child never reached the middle of the write"
     os.kill(child.pid, signal.SIGKILL)
     child.wait()
-    partial = previous / f"{TINY}.parquet.partial"
-    assert partial.exists()  # what a SIGKILL leaves: under the temporary name only
+    [partial] = previous.glob(f"{TINY}.parquet.*.partial")  # what a SIGKILL leaves: under a temporary name only
     parquet = previous / tiny_build.parquet.name
     assert parquet.read_bytes() == tiny_build.parquet.read_bytes()
     report = verify(parquet, gather(parquet))

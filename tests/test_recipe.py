@@ -191,7 +191,8 @@ def test_a_symlinked_recipe_is_written_through_to_its_target(tiny_build, tmp_pat
     assert update_recipe(link, tiny_build.manifest)
     assert link.is_symlink() and link.resolve() == target
     assert loaded_build(target.read_text())["rows"] == 40
-    assert sorted(p.name for p in tmp_path.rglob("*")) == ["link.yaml", "r.yaml", "recipes"]  # no partial left
+    # no partial left; the recipe's lock file stays beside its target
+    assert sorted(p.name for p in tmp_path.rglob("*")) == [".r.yaml.lock", "link.yaml", "r.yaml", "recipes"]
 
 
 @pytest.mark.parametrize("before", [

@@ -233,3 +233,15 @@ def test_a_recipe_ratio_that_is_not_a_number_is_one_line(copy, tmp_path):
     recipe.write_text("workload:\n  dataset:\n    build:\n      supervised_token_ratio: high\n")
     result = verify_cli(copy[0], "--recipe", recipe)
     assert result.exit_code == 1 and "supervised_token_ratio: 'high' is not a number" in result.output
+
+
+def test_an_expectation_verify_cannot_check_fails_closed(copy):
+    """A figure verify does not compute, or cannot read, is a failure, never silently skipped."""
+    from databuild.verify import Expectation, Expected, verify
+
+    parquet, _ = copy
+    report = verify(parquet, Expected([Expectation("rows_sha512", "00", "a newer recipe")]))
+    assert report.failures == ["rows_sha512: expected 00 (a newer recipe), not checked: verify computes no such figure"]
+    parquet.write_bytes(parquet.read_bytes()[:100])  # no footer: the rows cannot be read
+    report = verify(parquet, Expected([Expectation("rows_sha256", "ab", "--rows-sha256")]))
+    assert "rows_sha256: expected ab (--rows-sha256), not checked: the rows could not be read" in report.failures

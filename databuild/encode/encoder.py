@@ -24,7 +24,7 @@ from ..errors import BuildError
 from ..encode.masks import STRATEGIES, spans_to_mask
 from ..encode.placement import MaskError, place_fields
 from ..encode.render import Renderer
-from ..sources.reader import Conversation, Problem
+from ..sources.reader import Conversation, Problem, shown_id
 
 
 Rendered = tuple[str, "list[tuple[int, int]] | None"]  # the text, and its generation spans when tracked
@@ -146,7 +146,7 @@ MACHINE_LIMITS = (RecursionError, MemoryError)
 
 
 def _machine_limit(conversation: Conversation, exc: BaseException) -> BuildError:
-    return BuildError(f"conversation {conversation.id!r} (source row {conversation.index}): rendering it hit a "
+    return BuildError(f"conversation {shown_id(conversation.id)} (source row {conversation.index}): rendering it hit a "
                       f"{type(exc).__name__}, a limit of this machine, not of the conversation; nothing was written")
 
 

@@ -90,13 +90,14 @@ def write_export(source: Path, fmt: Format, out: Path, summary: ParquetSummary) 
                 writer.write_table(table, row_group_size=max(1, table.num_rows))
                 rows += table.num_rows
         _fsync(partial)
-        sidecars = {}
+        sidecars = {}  # final path -> (its partial path, its bytes)
         for name, data in fmt.sidecars(summary.row_tokens, rows).items():
             path = out.with_name(name)
-            written.append(partial_path(path))
-            partial_path(path).write_bytes(data)
-            _fsync(partial_path(path))
-            sidecars[path] = data
+            sidecar_partial = partial_path(path)
+            written.append(sidecar_partial)
+            sidecar_partial.write_bytes(data)
+            _fsync(sidecar_partial)
+            sidecars[path] = sidecar_partial, data
     except BaseException:
         for path in written:
             path.unlink(missing_ok=True)
@@ -104,11 +105,11 @@ def write_export(source: Path, fmt: Format, out: Path, summary: ParquetSummary) 
     digest, size = file_sha256(partial)
     manifest_file = manifest_path(out)
     manifest_file.unlink(missing_ok=True)
-    for path in sidecars:
-        replace_durably(partial_path(path), path)
+    for path, (sidecar_partial, _) in sidecars.items():
+        replace_durably(sidecar_partial, path)
     replace_durably(partial, out)
     manifest = export_manifest(fmt, source, summary, out, digest, size, rows, content,
-                               {p.name: d for p, d in sidecars.items()})
+                               {p.name: d for p, (_, d) in sidecars.items()})
     write_manifest(manifest, manifest_file)
     return ExportResult(out, manifest_file, manifest)
 

@@ -217,14 +217,36 @@ def _resolve_source(config: BuildConfig, spec: SourceSpec, first: int, offline: 
         raise BuildError(f"{where}: {exc}; {_fetch_hint(config)}" if origin == "hub" else f"{where}: {exc}") from None
     _check_shards(files, spec.split, where)
     hashes = []
-    for file in files:
-        digest, size = file_sha256(file.path)
+    for file, (digest, size) in zip(files, hash_files([f.path for f in files], "hashing the source")):
         if origin == "hub":
             check_cached_blob(file.path, root, f"{where}: {file.name}", digest)
         hashes.append((file.name, size, digest))
     rows = sum(f.rows for f in files)
     selected = take_rows(rows, take_count(spec.take, rows, f"{config.path}: {spec.key}"), config.seed)
     return ResolvedSource(spec, root, tuple(files), tuple(hashes), origin, selected)
+
+
+def hash_files(paths: list[Path], desc: str) -> list[tuple[str, int]]:
+    """(sha256, bytes) of each file, with a progress bar over their bytes (on a terminal only)."""
+    from tqdm import tqdm
+
+    with tqdm(total=sum(p.stat().st_size for p in paths), desc=desc, unit="B", unit_scale=True,
+              disable=None, leave=False) as bar:
+        return [file_sha256(path, bar.update) for path in paths]
+
+
+def check_unchanged(inputs: ResolvedInputs) -> None:
+    """The source files hash as they did when the build began: a file changed, replaced or deleted
+    while the build read it is refused, so no build publishes rows of two versions of its input."""
+    for file in inputs.source_files:
+        if not file.path.is_file():
+            raise BuildError(f"{file.name}: the source file was deleted while the build read it; nothing published")
+    now = hash_files([f.path for f in inputs.source_files], "re-hashing the source")
+    pinned = [digest for source in inputs.sources for _, _, digest in source.hashes]
+    for file, digest, (found, _) in zip(inputs.source_files, pinned, now):
+        if found != digest:
+            raise BuildError(f"{file.name}: the source file changed while the build read it (sha256 {digest} when "
+                             f"it began, {found} now); nothing published, run make again")
 
 
 def fetch(config: BuildConfig) -> ResolvedInputs:

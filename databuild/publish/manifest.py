@@ -1,6 +1,8 @@
 """The manifest: every pin, count and library version of a build, written last, beside the parquet.
 
-It holds no time stamp or host name, so the same build writes the same manifest bytes.
+It holds no time stamp or host name, so the same build writes the same manifest bytes. Its `build`,
+`inputs` and `versions` sections hold only what is fixed before the first row is built: `make`
+compares them with the ones it would write to tell an up-to-date build (publish/current.py).
 """
 
 from __future__ import annotations
@@ -75,6 +77,8 @@ def build_manifest(config: BuildConfig, inputs: ResolvedInputs, packing: Packing
             "separator": {"token": packing.separator, "id": packing.separator_id},
             "on_bad_conversation": config.on_bad_conversation,
             "parquet_writer": parquet_writer,
+            "rows": config.rows,
+            "row_tokens": config.row_tokens,
             "chat_template": encoder_pins.get("chat_template"),
             "end_of_turn": encoder_pins.get("end_of_turn"),
             "packing": packing.record(),

@@ -10,6 +10,7 @@ the same document with just those values changed before it atomically replaces t
 from __future__ import annotations
 
 import os
+import secrets
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
 from ..errors import BuildError
+from ..publish.lock import exclusive
 from ..publish.manifest import read_manifest, replace_durably
 from ..publish.yaml_splice import splices
 
@@ -152,19 +154,25 @@ def updated_text(text: str, values: list[tuple[tuple[str, ...], Any]], where: st
 def update_recipe(recipe: Path, manifest_file: Path, repin: bool = False) -> bool:
     """Write a verified build's results into the recipe; True if the file changed.
 
-    A symlinked recipe is written through to its target, so the link stays a link.
+    A symlinked recipe is written through to its target, so the link stays a link. Read, edit and
+    replace happen under the recipe's lock: a concurrent write-back reads the file this one wrote.
     """
     manifest = read_manifest(manifest_file)
     target = recipe.resolve()
-    text = _read(recipe)
-    new = updated_text(text, recipe_values(manifest), str(recipe), repin)
-    if new == text:
-        return False
-    partial = target.with_name(f".{target.name}.partial")
-    with open(partial, "w", encoding="utf-8", newline="") as handle:
-        handle.write(new)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.chmod(partial, target.stat().st_mode & 0o7777)
-    replace_durably(partial, target)
+    with exclusive(target, f"a write-back into {recipe}"):
+        text = _read(recipe)
+        new = updated_text(text, recipe_values(manifest), str(recipe), repin)
+        if new == text:
+            return False
+        partial = target.with_name(f".{target.name}.{os.getpid()}-{secrets.token_hex(4)}.partial")
+        try:
+            with open(partial, "w", encoding="utf-8", newline="") as handle:
+                handle.write(new)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.chmod(partial, target.stat().st_mode & 0o7777)
+            replace_durably(partial, target)
+        except BaseException:
+            partial.unlink(missing_ok=True)
+            raise
     return True

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 import pyarrow as pa
@@ -28,9 +29,9 @@ ROW_DIGEST_HEX = 16
 
 def row_bytes(input_ids: np.ndarray, loss_mask: np.ndarray) -> np.ndarray:
     """(rows, row_tokens) arrays to (rows, 5 * row_tokens) bytes: each row's ids (<i4), then its mask."""
-    rows = len(input_ids)
-    ids_bytes = np.ascontiguousarray(input_ids, dtype="<i4").view(np.uint8).reshape(rows, -1)
-    return np.concatenate([ids_bytes, np.asarray(loss_mask).astype(np.uint8).reshape(rows, -1)], axis=1)
+    # A C-contiguous (rows, n) array viewed as bytes is (rows, 4n): no reshape, which zero rows could not infer.
+    ids_bytes = np.ascontiguousarray(input_ids, dtype="<i4").view(np.uint8)
+    return np.concatenate([ids_bytes, np.asarray(loss_mask).astype(np.uint8)], axis=1)
 
 
 def segment_bytes(seq_start_id, conversation_ids) -> bytes:
@@ -75,13 +76,15 @@ class RowsHasher:
         return self._sha.hexdigest()
 
 
-def file_sha256(path: Path) -> tuple[str, int]:
-    """(hex digest, size in bytes), streaming."""
+def file_sha256(path: Path, progress: Callable[[int], Any] | None = None) -> tuple[str, int]:
+    """(hex digest, size in bytes), streaming; `progress` is given the size of each chunk read."""
     sha, size = hashlib.sha256(), 0
     with open(path, "rb") as handle:
         while chunk := handle.read(FILE_CHUNK):
             sha.update(chunk)
             size += len(chunk)
+            if progress is not None:
+                progress(len(chunk))
     return sha.hexdigest(), size
 
 

@@ -2,13 +2,17 @@
 
 Writer settings are fixed (zstd level 3, no dictionary, fixed row-group size, no timestamps), so
 the same rows and the same pyarrow give the same bytes. The schema's key-value metadata names the
-mask convention (CONVENTION), so that a reader who never saw data/README.md is told it. The file appears under its final name only
-through `os.replace` once it is complete; on any error the partial file is removed.
+mask convention (CONVENTION), so that a reader who never saw data/README.md is told it. The file is
+written under a name of this process's own (`partial_path`), so that concurrent makes never write
+into one file, and appears under its final name only through `os.replace` once it is complete; on
+any error the partial file is removed.
 """
 
 from __future__ import annotations
 
+import glob
 import os
+import secrets
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterable
@@ -17,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..errors import BuildError
 from ..rowfile.hashes import EXPECTED_TYPES, RowsHasher, SegmentsHasher
 from ..publish.manifest import replace_durably
 from ..pack.rows import Row
@@ -39,8 +44,15 @@ WRITER_OPTIONS = dict(compression="zstd", compression_level=3, use_dictionary=Fa
 
 
 def partial_path(final: Path) -> Path:
-    """Where a build in progress writes; `verify` reports one left behind."""
-    return final.with_name(final.name + ".partial")
+    """Where this process writes a build of `final` in progress: NAME.parquet.PID-RANDOM.partial, a name
+    no other process (on this host or another sharing the directory) writes."""
+    return final.with_name(f"{final.name}.{os.getpid()}-{secrets.token_hex(4)}.partial")
+
+
+def partials(final: Path) -> list[Path]:
+    """Every partial file of `final` in its directory, of any process: `verify` reports them, and a make
+    holding the output's lock removes them (their writers are gone)."""
+    return sorted(final.parent.glob(glob.escape(final.name) + ".*partial"))
 
 
 def rows_per_group(row_tokens: int) -> int:
@@ -63,12 +75,10 @@ def _table(rows: list[Row]) -> pa.Table:
     ], schema=SCHEMA)
 
 
-def write_rows(rows: Iterable[Row], final: Path, row_tokens: int, hasher: RowsHasher,
+def write_rows(rows: Iterable[Row], partial: Path, row_tokens: int, hasher: RowsHasher,
                segments: SegmentsHasher | None = None) -> int:
-    """Stream rows into final (via its partial name); returns the row count. Hashes rows (and, given
-    `segments`, their boundaries) as written."""
-    partial = partial_path(final)
-    final.parent.mkdir(parents=True, exist_ok=True)
+    """Stream rows into the file `partial` (removed on any error); returns the row count. Hashes rows
+    (and, given `segments`, their boundaries) as written."""
     group_rows = rows_per_group(row_tokens)
     count = 0
     try:
@@ -95,8 +105,10 @@ def write_rows(rows: Iterable[Row], final: Path, row_tokens: int, hasher: RowsHa
                 writer.write_table(_table(group), row_group_size=group_rows)
         with open(partial, "rb+") as handle:
             os.fsync(handle.fileno())
-    except BaseException:
+    except BaseException as exc:
         partial.unlink(missing_ok=True)
+        if isinstance(exc, OSError):  # a full disk, most often (pyarrow's errors name no file)
+            raise BuildError(f"{partial}: writing the rows failed ({exc.strerror or exc}); nothing published") from None
         raise
     return count
 

@@ -78,7 +78,14 @@ class BadConversation:
     source: str = ""  # the config's repo of its source
 
     def message(self) -> str:
-        return f"{self.source}: {self.file}: row {self.row} (id {self.id!r}): {self.reason}"
+        return f"{self.source}: {self.file}: row {self.row} (id {shown_id(self.id)}): {self.reason}"
+
+
+def shown_id(conversation_id: str, limit: int = 60) -> str:
+    """An id as a message quotes it: whole when short, else its start and its length (an id may be any size)."""
+    if len(conversation_id) <= limit:
+        return repr(conversation_id)
+    return f"{conversation_id[:limit]!r}... ({len(conversation_id):,} characters)"
 
 
 def bad_conversation(files: list[SourceFile], index: int, id: str, reason: str, kind: str) -> BadConversation:

@@ -22,7 +22,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc  # noqa: F401  (pa.ipc)
+from tqdm import tqdm
 
+from ..errors import BuildError
 from ..sources.reader import (COLUMNS, BadConversation, Conversation, SourceFile, check_batch, iter_batches,
                               with_valid_utf8)
 
@@ -89,6 +91,8 @@ class Spill:
                               if positions[bad.index - offset] >= 0]
                 batch = with_valid_utf8(batch)  # those rows are malformed; they must still read back
                 rows = np.flatnonzero((positions >= start) & (positions < stop))
+                with lock:
+                    bar.update(batch.num_rows)
                 if not len(rows):
                     continue
                 buckets = positions[rows] // self.window
@@ -108,12 +112,19 @@ class Spill:
             return found
 
         # Parquet decoding, the checks and the takes run in Arrow's C++ without the GIL.
+        # disable=None: a bar on a terminal, nothing in logs and CI
+        bar = tqdm(total=self.size, unit="conv", desc="checking and spilling the source" if check else
+                   "spilling more of the source", disable=None, leave=False)
         try:
-            with ThreadPoolExecutor(max_workers=max(1, self.threads)) as pool:
-                found = [m for part in pool.map(one_file, self.files) for m in part]  # file order: source order
-        finally:
-            for writer in writers.values():
-                writer.close()
+            try:
+                with bar, ThreadPoolExecutor(max_workers=max(1, self.threads)) as pool:
+                    found = [m for part in pool.map(one_file, self.files) for m in part]  # file order: source order
+            finally:
+                for writer in writers.values():
+                    writer.close()
+        except OSError as exc:  # a full $TMPDIR, most often (while writing, or closing, a bucket): say where
+            raise BuildError(f"{self.directory}: spilling the source failed ({exc.strerror or exc}); the spill "
+                             "needs free space in $TMPDIR: free some, or point TMPDIR at a larger disk") from None
         self.spilled, self.passes = stop, self.passes + 1
         return found
 

@@ -1,0 +1,160 @@
+"""A hostile machine: $TMPDIR full during the spill, an output directory that is full or read-only, a
+source changed or deleted while the build reads it. Each ends in one line, no traceback, nothing
+under a final name, and the previous build (if any) intact.
+
+A full disk is the kernel refusing a write: RLIMIT_FSIZE in a child process makes every write past
+the limit fail with EFBIG inside the real write(2) calls of pyarrow and Python, on any Linux and
+without privileges (a tiny loop-mounted or tmpfs filesystem needs root and mount rights CI rarely has).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, SOURCE_DIR, TINY, TINY_LOCK, write_config
+from databuild.build import make
+from databuild.config import load_config
+from databuild.encode.encoder import Encoder
+from databuild.errors import BuildError
+from databuild.verify import gather, verify
+
+MAKE = textwrap.dedent("""
+    import sys
+    import databuild.build as build
+    from databuild.cli import main
+
+    build.make.__kwdefaults__["window"] = int(sys.argv[3])  # small buckets: spill files smaller than the rows
+    sys.argv = ["databuild", "make", sys.argv[1], "--out", sys.argv[2]]
+    main()
+""")
+
+
+def make_limited(config: Path, out: Path, tmpdir: Path, file_bytes: int, window: int = 8192):
+    """`databuild make` in a child whose files cannot grow past file_bytes."""
+    def limit():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails with EFBIG instead of killing the process
+        resource.setrlimit(resource.RLIMIT_FSIZE, (file_bytes, file_bytes))
+
+    return subprocess.run([sys.executable, "-c", MAKE, str(config), str(out), str(window)], cwd=REPO, text=True,
+                          capture_output=True, preexec_fn=limit,
+                          env={**os.environ, "TMPDIR": str(tmpdir), "PYTHONDONTWRITEBYTECODE": "1"})
+
+
+@pytest.fixture
+def previous(tiny_build, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    for path in (tiny_build.parquet, tiny_build.manifest):
+        shutil.copyfile(path, out / path.name)
+    return out
+
+
+def one_line(stderr: str) -> str:
+    assert "Traceback" not in stderr and stderr.count("\n") == 1, stderr
+    return stderr.strip()
+
+
+def intact(out: Path, tiny_build) -> None:
+    assert sorted(p.name for p in out.iterdir()) == sorted([TINY_LOCK, tiny_build.parquet.name,
+                                                           tiny_build.manifest.name])
+    parquet = out / tiny_build.parquet.name
+    assert parquet.read_bytes() == tiny_build.parquet.read_bytes()
+    assert verify(parquet, gather(parquet)).failures == []
+
+
+def test_tmpdir_full_during_the_spill(tiny_build, previous, tmp_path):
+    config = write_config(tmp_path / "c.yaml", seed=7)  # stale: the build there must be replaced, and is not
+    (tmp_path / "tmp").mkdir()
+    result = make_limited(config, previous, tmp_path / "tmp", 4096)
+    assert result.returncode == 1
+    line = one_line(result.stderr)
+    assert line.startswith(f"error: {tmp_path / 'tmp'}/databuild-") and "spilling the source failed (" in line
+    assert "File too large" in line and "free space in $TMPDIR" in line
+    assert list((tmp_path / "tmp").iterdir()) == []  # the spill's directory is gone too
+    intact(previous, tiny_build)
+
+
+def test_output_directory_full_while_writing_the_rows(tiny_build, previous, tmp_path):
+    config = write_config(tmp_path / "c.yaml", seed=7, rows=80)  # rows of ~35 kB; no conversation over 17 kB
+    (tmp_path / "tmp").mkdir()
+    result = make_limited(config, previous, tmp_path / "tmp", 24_000, window=1)  # buckets fit, the rows do not
+    assert result.returncode == 1
+    line = one_line(result.stderr)
+    assert re.match(rf"error: {previous}/{TINY}\.parquet\.\d+-[0-9a-f]{{8}}\.partial: writing the rows failed \(", line)
+    assert "File too large" in line and line.endswith("nothing published")
+    intact(previous, tiny_build)
+
+
+def read_only(directory: Path) -> None:
+    """The directory made read-only for this process: by its mode, or for root (whom modes do not stop) by a
+    read-only bind mount; skipped where neither is possible."""
+    directory.chmod(0o555)
+    try:
+        (directory / "probe").touch()
+    except PermissionError:
+        return
+    (directory / "probe").unlink()
+    mounted = subprocess.run(["mount", "--bind", "-o", "ro", str(directory), str(directory)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip("cannot make a directory read-only here: root, and no mount rights")
+
+
+@pytest.fixture
+def read_only_out(previous):
+    read_only(previous)
+    yield previous
+    subprocess.run(["umount", str(previous)], capture_output=True)
+    previous.chmod(0o755)
+
+
+def test_an_up_to_date_build_in_a_read_only_directory_is_used(tiny_config, read_only_out):
+    result = make(tiny_config, read_only_out, progress=False)  # no lock is taken to find it up to date
+    assert result.built is None
+
+
+def test_a_read_only_output_directory_is_one_line(tmp_path, read_only_out):
+    config = write_config(tmp_path / "c.yaml", seed=7)
+    result = subprocess.run([sys.executable, "-m", "databuild", "make", str(config), "--out", str(read_only_out)],
+                            cwd=REPO, text=True, capture_output=True)
+    assert result.returncode == 1
+    line = one_line(result.stderr)
+    assert f"{read_only_out}/.{TINY}.lock: cannot take the lock" in line and "must be writable" in line
+
+
+@pytest.fixture
+def own_source(tmp_path):
+    shutil.copytree(SOURCE_DIR, tmp_path / "src")
+    return load_config(write_config(tmp_path / "c.yaml", source={"dir": str(tmp_path / "src")}, seed=7))
+
+
+@pytest.mark.parametrize("what, message", [
+    ("changed", r"the source file changed while the build read it \(sha256 [0-9a-f]{64} when it began, "),
+    ("deleted", "the source file was deleted while the build read it")])
+def test_a_source_changed_or_deleted_while_the_build_reads_it_is_refused(tiny_build, previous, own_source,
+                                                                       monkeypatch, what, message):
+    target = sorted((own_source.sources[0].dir / "data").glob("*.parquet"))[0]
+    original, calls = Encoder.finish, {"n": 0}
+
+    def finish(self, *args):
+        calls["n"] += 1
+        if calls["n"] == 2:  # mid-stream, after the source was hashed, checked and spilled
+            if what == "changed":
+                target.write_bytes(target.read_bytes() + b"\0")
+            else:
+                target.unlink()
+        return original(self, *args)
+
+    monkeypatch.setattr(Encoder, "finish", finish)
+    with pytest.raises(BuildError, match=f"^data/{target.name}: {message}"):
+        make(own_source, previous, batch_size=8, progress=False)
+    intact(previous, tiny_build)
