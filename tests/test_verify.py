@@ -124,6 +124,18 @@ def test_wrong_schema_or_shape(copy, change, message):
     assert result.exit_code == 1 and message in result.output
 
 
+@pytest.mark.parametrize("starts", [[0, 300, 200], [0, 100, 100], [0, 100, 512], [0, 600, 700]],
+                         ids=["decreasing", "repeated", "at the row's end", "past the row's end"])
+def test_segment_starts_that_do_not_increase_inside_the_row_are_refused(copy, starts):
+    """Boundaries a trainer would slice by: each must lie inside the row, after the one before."""
+    parquet, manifest = copy
+    rewrite(parquet, _with_row(4, seq_start_id=starts, conversation_ids=["a", "b", "c"]))
+    output = json.loads(manifest.read_text())["output"]
+    result = verify_cli(parquet, "--rows-sha256", output["rows_sha256"])  # the tokens are untouched
+    assert result.exit_code == 1
+    assert "row 4: seq_start_id must start at 0 and increase within the row" in result.output
+
+
 def test_a_manifest_of_another_build(copy, tmp_path):
     parquet, manifest = copy
     other = json.loads(manifest.read_text())
