@@ -146,6 +146,12 @@ def test_truncated_or_footless_file_is_unreadable(copy, cut):
     (lambda t: pa.Table.from_pylist([{**r, "seq_start_id": [3] + r["seq_start_id"][1:]} if i == 2 else r
                                      for i, r in enumerate(t.to_pylist())], schema=t.schema),
      "row 2: seq_start_id must start at 0"),
+    (lambda t: pa.Table.from_pylist([{**r, "loss_mask": r["loss_mask"][:-1] + [2]} if i == 6 else r
+                                     for i, r in enumerate(t.to_pylist())], schema=t.schema),
+     "row 6: loss_mask holds a value other than 0 or 1"),
+    (lambda t: pa.Table.from_pylist([{**r, "loss_mask": [-1] + r["loss_mask"][1:]} if i == 9 else r
+                                     for i, r in enumerate(t.to_pylist())], schema=t.schema),
+     "row 9: loss_mask holds a value other than 0 or 1"),
 ])
 def test_wrong_schema_or_shape(copy, change, message):
     parquet, _ = copy
