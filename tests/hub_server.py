@@ -65,7 +65,8 @@ class HubServer:
     is kept in `requests`, in arrival order. `lfs` {sha256: bytes} is what the CDN serves: a test
     may alter it to play a transfer that went wrong, and `cut_lfs_after` N makes the CDN close the
     connection after N bytes of a file, and `down` makes the hub answer every request with a bare 403,
-    as a hub behind a failing proxy would. Use as a context manager; `url` is the HF_ENDPOINT."""
+    as a hub behind a failing proxy would (`down_for` N: the next N requests only, as a proxy that
+    recovers). Use as a context manager; `url` is the HF_ENDPOINT."""
 
     def __init__(self, repos: dict[tuple[str, str, str], Files], tokens: dict[tuple[str, str], str] | None = None):
         self.repos = repos
@@ -75,6 +76,7 @@ class HubServer:
         self.requests: list[Request] = []
         self.cut_lfs_after: int | None = None
         self.down = False
+        self.down_for = 0
         self._lock = threading.Lock()
         self._hub = _Server(("127.0.0.1", 0), self._handler("hub"))
         self._cdn = _Server(("127.0.0.1", 0), self._handler("cdn"))
@@ -131,7 +133,9 @@ class HubServer:
         return 200, {"Content-Type": "application/octet-stream"}, self.lfs[match.group(1)]
 
     def _hub_response(self, handler: BaseHTTPRequestHandler, path: str) -> tuple[int, dict, bytes]:
-        if self.down:
+        with self._lock:
+            down, self.down_for = self.down or self.down_for > 0, max(0, self.down_for - 1)
+        if down:
             return 403, {}, b"forbidden by the proxy"
         if match := TREE_RE.fullmatch(path):
             repo_type, repo_id, commit = match.group(1)[:-1], match.group(2), match.group(3)

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from conftest import REPO, TINY, TINY_CONFIG, TINY_LOCK
+from conftest import REPO, TINY, TINY_CONFIG, TINY_LOCK, write_config
 from databuild.build import make
 from databuild.cli import main
 from databuild.encode.encoder import Encoder
@@ -120,3 +120,62 @@ def test_sigkill_mid_write_then_rerun(tiny_config, tiny_build, previous, tmp_pat
     rerun = make(tiny_config, previous, progress=False)
     assert rerun.parquet.read_bytes() == tiny_build.parquet.read_bytes()
     still_the_previous_build(previous, tiny_build)
+
+
+class Crash(Exception):
+    """A crash injected at one step of publication."""
+
+
+def crash_before(step):
+    def crashing(*args, **kwargs):
+        raise Crash(step.__name__)
+    return crashing
+
+
+def crash_after(step):
+    def crashing(*args, **kwargs):
+        step(*args, **kwargs)
+        raise Crash(step.__name__)
+    return crashing
+
+
+@pytest.fixture(scope="module")
+def other_build(tmp_path_factory):
+    """A complete build of the tiny config with another seed: other rows, so that a manifest of one
+    build beside the parquet of the other would not verify."""
+    from databuild.config import load_config
+
+    config = write_config(tmp_path_factory.mktemp("seed7") / f"{TINY}.yaml", seed=7)
+    return make(load_config(config), tmp_path_factory.mktemp("other"), progress=False)
+
+
+@pytest.mark.parametrize("target, crash, standing", [
+    ("databuild.build.publish", crash_before, "other"),  # the old manifest removed, the rename not yet done
+    ("databuild.build.publish", crash_after, "new"),  # the parquet renamed, no manifest written yet
+    ("databuild.publish.manifest.replace_durably", crash_before, "new"),  # the manifest under its temporary name
+], ids=["after the old manifest is removed", "after the rename", "before the manifest is complete"])
+def test_a_crash_at_each_step_of_publication(tiny_config, tiny_build, other_build, tmp_path, monkeypatch,
+                                             target, crash, standing):
+    """Publication replaces a build in three steps: old manifest removed, parquet renamed, new manifest
+    written. Stopped after any of them, the directory holds no manifest at all (none that describes a
+    file it does not match), verify refuses it, and the next make rebuilds it."""
+    out = tmp_path / "out"
+    out.mkdir()
+    for path in (other_build.parquet, other_build.manifest):
+        shutil.copyfile(path, out / path.name)
+    module, name = target.rsplit(".", 1)
+    monkeypatch.setattr(sys.modules[module], name, crash(getattr(sys.modules[module], name)))
+    with pytest.raises(Crash):
+        make(tiny_config, out, progress=False)
+    monkeypatch.undo()
+
+    parquet, manifest = out / f"{TINY}.parquet", out / f"{TINY}.manifest.json"
+    assert not manifest.exists()
+    assert parquet.read_bytes() == {"other": other_build, "new": tiny_build}[standing].parquet.read_bytes()
+    result = CliRunner().invoke(main, ["verify", str(parquet)])
+    assert result.exit_code == 1 and "no manifest beside it" in result.output, result.output
+
+    rerun = make(tiny_config, out, progress=False)
+    assert rerun.built == "its manifest is missing (an interrupted build)"
+    assert rerun.parquet.read_bytes() == tiny_build.parquet.read_bytes()
+    still_the_previous_build(out, tiny_build)  # the lock, the parquet and its manifest, and nothing else

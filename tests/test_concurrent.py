@@ -122,6 +122,32 @@ def test_a_stale_build_is_rebuilt_and_says_why(tiny_build, tiny_config, tmp_path
     assert result.manifest.read_bytes() == tiny_build.manifest.read_bytes()
 
 
+# How long a holder keeps the lock once the waiter shows it waits: the line comes at once, and a wait
+# under 0.05 s is one the CLI does not report ("built after waiting").
+WAITED = 0.5
+
+
+def make_on_a_terminal(out: Path) -> tuple[subprocess.Popen, int]:
+    """`databuild make` of the tiny config into `out`, its stderr a terminal 200 columns wide (where it shows
+    what it waits for): (the process, the terminal's other end, to read and close)."""
+    main, terminal = pty.openpty()
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 200, 0, 0))
+    waiter = subprocess.Popen([sys.executable, "-m", "databuild", "make", TINY, "--out", str(out)], cwd=REPO,
+                              stdout=subprocess.PIPE, stderr=terminal, text=True)
+    os.close(terminal)
+    return waiter, main
+
+
+def read_until(terminal: int, expected: str, seconds: float = 60) -> str:
+    """What the terminal shows until `expected` is there whole (a terminal may hand it over in pieces)."""
+    seen = b""
+    deadline = time.monotonic() + seconds
+    while expected.encode() not in seen and time.monotonic() < deadline:
+        if select.select([terminal], [], [], 1)[0]:
+            seen += os.read(terminal, 4096)
+    return seen.decode(errors="replace")
+
+
 HOLD_THE_LOCK = """
 import sys, time
 from pathlib import Path
@@ -142,14 +168,18 @@ def test_a_holder_killed_with_sigkill_does_not_block_the_next_make(tiny_build, t
     while not marker.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert marker.exists()
-    waiter = databuild("make", TINY, "--out", out)
-    time.sleep(2)
-    assert waiter.poll() is None  # it waits for the holder...
+    # Its waiting line on a terminal says it reached the lock (pinning its inputs first can take seconds on a
+    # loaded machine: a holder killed before then would test no wait at all).
+    waiter, terminal = make_on_a_terminal(out)
+    seen = read_until(terminal, f"waiting for another process's make of {TINY}")
+    time.sleep(WAITED)
+    assert waiter.poll() is None, seen  # it waits for the holder...
     os.kill(holder.pid, signal.SIGKILL)
     holder.wait()
-    stdout, stderr = waiter.communicate(timeout=120)  # ...and builds once the kernel has dropped the dead one's lock
-    assert waiter.returncode == 0, stderr
-    assert stdout.startswith("built after waiting ")
+    stdout, _ = waiter.communicate(timeout=120)  # ...and builds once the kernel has dropped the dead one's lock
+    os.close(terminal)
+    assert waiter.returncode == 0
+    assert stdout.startswith("built after waiting "), stdout
     assert (out / f"{TINY}.parquet").read_bytes() == tiny_build.parquet.read_bytes()
 
 
@@ -160,23 +190,15 @@ def test_a_waiting_make_says_on_a_terminal_which_build_it_waits_for_and_since_wh
     lock.acquire()
     os.utime(lock.lock_file, (0, time.time() - 3600))  # the holder took it an hour ago
     since = time.strftime("%H:%M:%S", time.localtime(os.stat(lock.lock_file).st_mtime))
-    main, terminal = pty.openpty()
-    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 200, 0, 0))  # a terminal 200 columns wide
-    waiter = subprocess.Popen([sys.executable, "-m", "databuild", "make", TINY, "--out", str(out)], cwd=REPO,
-                              stdout=subprocess.PIPE, stderr=terminal, text=True)
-    os.close(terminal)
+    waiter, terminal = make_on_a_terminal(out)
     expected = f"waiting for another process's make of {TINY} into {out} (it holds the lock since {since})"
-    seen = b""
-    deadline = time.monotonic() + 60
-    # until the whole line is there: a terminal may hand it over in pieces
-    while expected.encode() not in seen and time.monotonic() < deadline:
-        if select.select([main], [], [], 1)[0]:
-            seen += os.read(main, 4096)
+    seen = read_until(terminal, expected)
+    time.sleep(WAITED)
     lock.release()
     stdout, _ = waiter.communicate(timeout=120)
-    os.close(main)
+    os.close(terminal)
     assert waiter.returncode == 0
-    assert expected in seen.decode(errors="replace")
+    assert expected in seen
     assert stdout.startswith("built after waiting"), (stdout, seen)
 
 

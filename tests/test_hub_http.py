@@ -161,6 +161,24 @@ def test_fetch_does_not_vouch_for_a_cache_it_could_not_check(tmp_path):
         f"error: dataset {SOURCE_REPO}@{SOURCE_COMMIT}: cannot list the files of the commit ("), result.stderr
 
 
+def test_fetch_refuses_a_cached_snapshot_that_lacks_a_file_of_the_commit(tmp_path):
+    """A snapshot missing a shard, with no cached listing of the commit to tell (a cache an older
+    huggingface_hub wrote, or an interrupted copy of one), and a hub that fails once: huggingface_hub
+    hands back the snapshot as it is; fetch's own listing of the commit names the file it lacks."""
+    config = hub_config(tmp_path)
+    with HubServer(fixture_repos()) as server:
+        assert run(server, tmp_path / "hf", "fetch", str(config)).returncode == 0
+        repo_cache = tmp_path / "hf" / "hub" / f"datasets--{SOURCE_REPO.replace('/', '--')}"
+        (repo_cache / "snapshots" / SOURCE_COMMIT / SHARDS[1]).unlink()
+        (repo_cache / "trees" / f"{SOURCE_COMMIT}.json").unlink()
+        server.down_for = 1  # snapshot_download's listing only
+        result = run(server, tmp_path / "hf", "fetch", str(config))
+    assert_one_line_error(result)
+    assert result.stderr == (
+        f"error: dataset {SOURCE_REPO}@{SOURCE_COMMIT}: {SHARDS[1]} is not in the cache (1 of the commit's files "
+        "missing); check the network, HF_ENDPOINT and any proxy settings, then fetch again\n")
+
+
 def test_a_repo_the_hub_does_not_have_is_named(tmp_path):
     config = write_config(tmp_path / f"{TINY}.yaml", source={"dir": None, "repo": "databuild-fixtures/nothing"},
                           tokenizer={"dir": None})

@@ -146,6 +146,16 @@ UPPER = ("{% for m in messages %}{{ '<|im_start|>' + m.role + '\\n' + (m.content
 HIDES_EARLIER_ANSWERS = ("{% for m in messages %}{% if m.role != 'assistant' or loop.last %}"
                          "{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{% endif %}{% endfor %}")
 NO_END_MARKER = "{% for m in messages %}{{ '<|im_start|>' + m.role + '\\n' + m.content }}{% endfor %}"
+WRITES_ANSWERS_TWICE = ("{% for m in messages %}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}"
+                        "{% endfor %}{{ 'Answers: ' + messages | selectattr('role', 'eq', 'assistant') "
+                        "| map(attribute='content') | join(' ') }}")
+COUNTS_THE_LAST_ANSWER = ("{% for m in messages %}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}"
+                          "{% endfor %}{{ '(' ~ (messages[-1].content | length) ~ ' characters)' }}")
+# the message after an assistant turn written inside that turn, before its end-of-turn token
+FOLDS_THE_NEXT_MESSAGE_IN = ("{% for m in messages %}{% if m.role == 'assistant' %}{{ '<|im_start|>assistant\\n' + m.content }}"
+                             "{% elif loop.index0 and messages[loop.index0 - 1].role == 'assistant' %}"
+                             "{{ '\\n' + m.content + '<|im_end|>\\n' }}"
+                             "{% else %}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{% endif %}{% endfor %}")
 
 
 @pytest.mark.parametrize("msgs, template, end_of_turn, error", [
@@ -160,6 +170,12 @@ NO_END_MARKER = "{% for m in messages %}{{ '<|im_start|>' + m.role + '\\n' + m.c
      "assistant message 1: the first special token after it ('<|im_start|>') is not a declared end of turn"),
     (messages(("user", "Hi"), ("assistant", "Hello")), family("phi3", tagged=False), (),
      "assistant message 1: the first special token after it ('<|end|>') is not a declared end of turn"),
+    (messages(("user", "Hi"), ("assistant", "Hello"), ("user", "Bye")), FOLDS_THE_NEXT_MESSAGE_IN, ("<|im_end|>",),
+     "assistant message 1: message 2 stands between its last field and its end-of-turn token"),
+    (messages(("user", "Hi"), ("assistant", "Hello")), WRITES_ANSWERS_TWICE, ("<|im_end|>",),
+     "assistant message 1: the template writes its content more than once"),
+    (messages(("user", "Hi"), ("assistant", "Hello")), COUNTS_THE_LAST_ANSWER, ("<|im_end|>",),
+     "assistant message 1: the rendered text depends on assistant content"),
 ])
 def test_placements_that_cannot_be_proven_are_refused(tokenizer, msgs, template, end_of_turn, error):
     out = encode(tokenizer, msgs, "assistant", template, end_of_turn=end_of_turn)

@@ -7,6 +7,7 @@ from itertools import islice
 import numpy as np
 import pytest
 
+from conftest import PHI3, TOKENIZER_DIR, needs_phi3, write_config
 from databuild.encode.encoder import TokenizedConversation
 from databuild.pack.policy import Packing, pack
 from databuild.pack.rows import PackStats
@@ -105,3 +106,19 @@ def test_a_conversation_of_no_token_leaves_no_separator_and_no_segment():
     assert [r.input_ids.tolist() for r in rows] == [[1, 2, SEP], [3, 4, 5]]
     assert [r.conversation_ids for r in rows] == [("c0",), ("c3",)]
     assert (stats.empty_renders, stats.conversations_read, stats.separators_inserted) == (2, 2, 1)
+
+
+@pytest.mark.parametrize("key", ["separator", "pad_token"])
+@pytest.mark.parametrize("which", ["fixture", pytest.param("phi-3", marks=needs_phi3)])
+def test_a_token_the_tokenizer_does_not_know_is_refused(tmp_path, key, which):
+    """A tokenizer with an unknown-token id (Phi-3's <unk>) maps any unknown text to it rather than to
+    None: either way the config's token is refused, never packed as <unk>."""
+    from databuild.config import load_config
+    from databuild.encode.render import load_tokenizer
+    from databuild.errors import BuildError
+    from databuild.pack.policy import packing_for
+
+    tokenizer = load_tokenizer(TOKENIZER_DIR if which == "fixture" else PHI3)
+    config = load_config(write_config(tmp_path / "c.yaml", packing="bfd", **{key: "<|no such token|>"}))
+    with pytest.raises(BuildError, match=rf"key '{key}' = '<\|no such token\|>': not a single token of the tokenizer"):
+        packing_for(tokenizer, config)

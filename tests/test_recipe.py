@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import hashlib
 import shutil
 
 import pytest
@@ -12,7 +13,7 @@ from ruamel.yaml import YAML
 from conftest import FIXTURES, TINY
 from databuild.cli import main
 from databuild.errors import BuildError
-from databuild.publish.recipe import recipe_values, update_recipe
+from databuild.publish.recipe import update_recipe
 
 SEED = FIXTURES / "recipe" / "attune-tp2-pp16-ep8.yaml"  # the seed recipe's YAML, as published
 WRITABLE = {"rows_sha256", "name", "tokenizer", "loss_mask", "rows", "row_tokens", "padding_tokens", "seed",
@@ -39,8 +40,32 @@ def make_into(recipe, out, *flags):
     return CliRunner().invoke(main, ["make", TINY, "--out", str(out), "--recipe", str(recipe), *flags])
 
 
+def written_block(tiny_build) -> dict[tuple[str, ...], object]:
+    """What make writes into workload.dataset for the tiny build (data/README.md lists the keys), written
+    out as inspected: the golden rows_sha256, the config's settings and tokenizer pins, the parquet's
+    own bytes hashed here."""
+    data = tiny_build.parquet.read_bytes()
+    return {
+        ("rows_sha256",): "2158c70f41fade925e6665e9ef0d2aaff68f934e0dd726c646763871797433e6",
+        ("build", "name"): TINY,
+        ("build", "tokenizer"): "muse-tiny-tokenizer (revision 2222222222222222222222222222222222222222; "
+                                "tokenizer.json sha256 425577cab81b42b02577a51826022917dcfe02b6c7350dbe603cf04f54ad3d9f; "
+                                "chat_template.jinja sha256 6a2828cdf297dd4ad3dec66ce938253926195d4352a4dbdb369e24b418deace7)",
+        ("build", "loss_mask"): "muse_spark",
+        ("build", "rows"): 40,
+        ("build", "row_tokens"): 512,
+        ("build", "padding_tokens"): 0,
+        ("build", "seed"): 42,
+        ("build", "supervised_token_ratio"): 0.65,  # 13,294 targets / (40 x 512) = 0.6491, at two decimals
+        ("build", "parquet_sha256"): hashlib.sha256(data).hexdigest(),
+        ("build", "parquet_bytes"): len(data),
+        ("build", "template_kwargs"): "current_date 2026-10-01, reasoning_effort xhigh",
+        ("build", "packing_policy"): "concat",
+    }
+
+
 def build_value(tiny_build, path):
-    return dict(recipe_values(tiny_build.data))[path]
+    return written_block(tiny_build)[path]
 
 
 def loaded_build(text):
@@ -57,15 +82,11 @@ def test_make_writes_only_the_dataset_block(tiny_build, tmp_path):
     assert touched and touched <= WRITABLE, touched
     assert before.splitlines()[:3] == after.splitlines()[:3]  # the comments on top stay
     dataset = YAML(typ="safe").load(after)["workload"]["dataset"]
-    output = tiny_build.data["output"]
-    assert dataset["rows_sha256"] == output["rows_sha256"]
+    expected = written_block(tiny_build)
+    assert dataset["rows_sha256"] == expected["rows_sha256",]
     build = dataset["build"]
-    assert (build["name"], build["rows"], build["row_tokens"], build["parquet_bytes"]) == (
-        TINY, 40, 512, output["parquet_bytes"])
-    assert build["parquet_sha256"] == output["parquet_sha256"]
-    assert build["supervised_token_ratio"] == round(output["supervised_token_ratio"], 2)
-    assert build["tokenizer"].startswith("muse-tiny-tokenizer (revision 2222222222222222222222222222222222222222; "
-                                         "tokenizer.json sha256 ")
+    for key in ("name", "rows", "row_tokens", "parquet_bytes", "parquet_sha256", "supervised_token_ratio", "tokenizer"):
+        assert build[key] == expected["build", key], key
     assert build["packing"].startswith("source conversations in a seeded global permutation")  # untouched
     assert max(len(line) for line in set(after.splitlines()) - set(before.splitlines())) <= 120  # folded
 
@@ -124,7 +145,7 @@ def test_a_differing_pinned_value_is_refused_and_the_build_stays_published(tiny_
     repinned = make_into(recipe, tmp_path / "out", "--repin")
     assert repinned.exit_code == 0 and "(updated)" in repinned.output, repinned.output
     dataset = YAML(typ="safe").load(recipe.read_text())["workload"]["dataset"]
-    assert dataset["rows_sha256"] == tiny_build.data["output"]["rows_sha256"]
+    assert dataset["rows_sha256"] == build_value(tiny_build, ("rows_sha256",))
     assert (dataset["build"]["name"], dataset["build"]["rows"]) == (TINY, 40)
 
 
@@ -137,7 +158,7 @@ def test_the_seed_is_left_unchanged_without_repin(tiny_build, tmp_path):
     assert result.stderr.startswith(
         f"error: {recipe}: workload.dataset.rows_sha256 is "
         "'4003478c605da1a2a351a0ba38adba24bcef54355394cedf4a1d425ec049128f' in the recipe but "
-        f"'{tiny_build.data['output']['rows_sha256']}' in this build (8 differing keys in all)")
+        f"'{build_value(tiny_build, ('rows_sha256',))}' in this build (8 differing keys in all)")
 
 
 def test_a_same_line_comment_stays_on_a_rewritten_value(tiny_build, tmp_path):
@@ -163,7 +184,7 @@ def test_comment_lines_are_never_removed(tiny_build, tmp_path):
     assert [line for line in after.splitlines() if line.lstrip().startswith("#")] == comments
     build = loaded_build(after)
     assert (build["rows"], build["seed"]) == (40, 42)
-    assert build["parquet_bytes"] == tiny_build.data["output"]["parquet_bytes"]
+    assert build["parquet_bytes"] == build_value(tiny_build, ("build", "parquet_bytes"))
 
 
 def test_the_newline_style_is_kept(tiny_build, tmp_path):
@@ -209,8 +230,8 @@ def test_an_empty_block_is_written_as_a_block_mapping(tiny_build, tmp_path, befo
     assert "{}" not in after and after.endswith("\nother: 1\n")
     assert after.count("# filled in by databuild") == before.count("# filled in by databuild")  # the comment stays
     dataset = YAML(typ="safe").load(after)["workload"]["dataset"]
-    for path, value in recipe_values(tiny_build.data):
-        assert (dataset[path[0]] if len(path) == 1 else dataset["build"][path[1]]) == value, path
+    written = {("rows_sha256",): dataset["rows_sha256"], **{("build", k): v for k, v in dataset["build"].items()}}
+    assert written == written_block(tiny_build)
     assert not update_recipe(recipe, tiny_build.manifest)
 
 
@@ -219,7 +240,7 @@ def test_an_empty_value_counts_as_not_there_yet(tiny_build, tmp_path):
     recipe.write_text("workload:\n  dataset:\n    rows_sha256: ~\n    build:\n      rows:  # to fill\n      seed:\n")
     assert update_recipe(recipe, tiny_build.manifest)
     text = recipe.read_text()
-    assert f"    rows_sha256: {tiny_build.data['output']['rows_sha256']}\n" in text
+    assert f"    rows_sha256: {build_value(tiny_build, ('rows_sha256',))}\n" in text
     assert "      rows: 40  # to fill\n      seed: 42\n" in text
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from itertools import islice
 
 import numpy as np
@@ -11,9 +12,8 @@ import pytest
 from conftest import SOURCE_DIR
 from databuild.build import prepare
 from databuild.sources.formats import FORMATS
-from databuild.sources.permute import inverse_permutation, permutation
 from databuild.sources.reader import source_files
-from databuild.sources.spill import BYTES_PER_TOKEN_BOUND, Spill, expected_prefix
+from databuild.sources.spill import Spill, expected_prefix
 
 
 @pytest.fixture(scope="module")
@@ -39,8 +39,8 @@ def source_rows(files):
     (1, 1, 10),
 ])
 def test_stream_is_the_permutation_whatever_the_passes(files, source_rows, tmp_path, window, prefix, passes):
-    order = permutation(len(source_rows), 42)
-    spill = Spill(files, inverse_permutation(order), window, tmp_path)
+    order = np.random.default_rng(42).permutation(len(source_rows))  # data/README.md, "Permutation"
+    spill = Spill(files, np.argsort(order), window, tmp_path)  # each row's stream position
     assert spill.check_and_spill(prefix) == []
     stream = list(spill.conversations())
     assert [c.index for c in stream] == order.tolist()
@@ -52,29 +52,38 @@ def test_stream_is_the_permutation_whatever_the_passes(files, source_rows, tmp_p
 
 
 def test_first_pass_spills_only_the_prefix(files, tmp_path):
-    spill = Spill(files, inverse_permutation(permutation(300, 42)), 10, tmp_path)
+    spill = Spill(files, np.argsort(np.random.default_rng(42).permutation(300)), 10, tmp_path)
     spill.check_and_spill(25)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bucket-000000.arrow", "bucket-000001.arrow",
                                                           "bucket-000002.arrow"]
     assert spill.spilled == 30
 
 
+def footer_message_bytes(path) -> int:
+    """B of data/README.md: the uncompressed size of the file's message columns, from its parquet footer."""
+    metadata = pq.ParquetFile(path).metadata
+    return sum(metadata.row_group(g).column(j).total_uncompressed_size for g in range(metadata.num_row_groups)
+               for j in range(metadata.num_columns) if metadata.row_group(g).column(j).path_in_schema.startswith("messages."))
+
+
 def test_expected_prefix(files):
-    message_bytes = sum(f.message_bytes for f in files)
+    per_file = [footer_message_bytes(f.path) for f in files]
+    assert [f.rows for f in files] == [170, 130]
+    message_bytes = sum(per_file)
     assert 250_000 < message_bytes < 1_000_000  # the fixture's ~300 conversations of a few hundred words
     every = np.arange(300)
-    # positions for 1,000 tokens: 300 * 8,000 / message_bytes, rounded up
-    assert expected_prefix(files, every, 1000) == -(-300 * 1000 * BYTES_PER_TOKEN_BOUND // message_bytes)
+    # ceil(n * tokens * 8 / B) positions: room for 8 bytes of message per token
+    assert expected_prefix(files, every, 1000) == math.ceil(300 * 1000 * 8 / message_bytes)
     assert expected_prefix(files, every, 10**9) == 300
     # every other row taken (the files have 170 and 130 rows): 150 positions, each file's bytes halved
     half = np.where(every % 2 == 0, every // 2, -1)
-    taken_bytes = sum(f.message_bytes // 2 for f in files)
-    assert expected_prefix(files, half, 1000) == -(-150 * 1000 * BYTES_PER_TOKEN_BOUND // taken_bytes)
-
+    taken_bytes = per_file[0] * 85 // 170 + per_file[1] * 65 // 130
+    assert expected_prefix(files, half, 1000) == math.ceil(150 * 1000 * 8 / taken_bytes)
 
 
 def test_the_tiny_build_needs_one_pass(tiny_config, tiny_build):
+    read = 76  # conversations the tiny build packs (its manifest's counts, inspected)
+    assert tiny_build.data["counts"]["conversations_read"] == read
     with prepare(tiny_config, offline=True, window=7) as prepared:  # small buckets: the prefix is not all
-        assert 0 < prepared.spill.spilled < 300
-        read = sum(1 for _ in islice(prepared.conversations(), tiny_build.data["counts"]["conversations_read"]))
-        assert read == tiny_build.data["counts"]["conversations_read"] and prepared.spill.passes == 1
+        assert read <= prepared.spill.spilled < 300
+        assert sum(1 for _ in islice(prepared.conversations(), read)) == read and prepared.spill.passes == 1

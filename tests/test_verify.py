@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -17,6 +19,27 @@ from databuild.rowfile.hashes import hash_parquet
 from databuild.rowfile.write import WRITER_OPTIONS
 
 SEED_RECIPE = REPO.parent / "shared" / "seed" / "muse-spark-open-b200-recipe.txt"
+GOLDEN = json.loads((REPO / "tests" / "golden" / f"{TINY}.json").read_text())  # inspected values of the tiny build
+
+
+def recomputed(parquet: Path) -> dict:
+    """A row file's figures as data/README.md ("Hashes") defines them: pyarrow to read the file, numpy
+    and hashlib alone to hash it, no databuild code."""
+    columns = pq.read_table(parquet).to_pydict()
+    rows, segments, digests, supervised = hashlib.sha256(), hashlib.sha256(), [], 0
+    for ids, mask, starts, conversations in zip(columns["input_ids"], columns["loss_mask"],
+                                                columns["seq_start_id"], columns["conversation_ids"]):
+        row = np.asarray(ids, dtype="<i4").tobytes() + np.asarray(mask, dtype=np.uint8).tobytes()
+        rows.update(row)
+        digests.append(hashlib.sha256(row).hexdigest()[:16])
+        supervised += sum(mask)
+        segments.update(np.array([len(conversations)], "<u4").tobytes() + np.asarray(starts, "<i4").tobytes())
+        for conversation in conversations:
+            segments.update(np.array([len(conversation.encode())], "<u4").tobytes() + conversation.encode())
+    data = parquet.read_bytes()
+    return {"rows_sha256": rows.hexdigest(), "segments_sha256": segments.hexdigest(), "row_digests": digests,
+            "parquet_sha256": hashlib.sha256(data).hexdigest(), "parquet_bytes": len(data),
+            "rows": len(columns["input_ids"]), "supervised_tokens": supervised}
 
 
 @pytest.fixture
@@ -41,15 +64,22 @@ def rewrite(parquet: Path, change) -> None:
     pq.write_table(pa.Table.from_pylist(rows, schema=pq.read_schema(parquet)), parquet, **WRITER_OPTIONS)
 
 
-def test_hash_command_matches_the_manifest(copy):
+def test_hash_command_and_the_manifest_give_the_figures_recomputed_by_hand(copy):
     parquet, manifest = copy
+    expected = recomputed(parquet)
+    # the recomputation itself, against the golden values inspected when they were recorded
+    assert (expected["rows_sha256"], expected["segments_sha256"], expected["rows"], expected["supervised_tokens"]) == (
+        GOLDEN["rows_sha256"], GOLDEN["segments_sha256"], GOLDEN["rows"], GOLDEN["supervised_tokens"])
+    expected |= {"row_tokens": 512, "padding_tokens": 0}  # fixed512: concat rows, never padded
     output = json.loads(manifest.read_text())["output"]
     result = CliRunner().invoke(main, ["hash", str(parquet)])
     assert result.exit_code == 0
     for key in ("rows_sha256", "segments_sha256", "parquet_sha256", "parquet_bytes", "rows", "row_tokens",
                 "padding_tokens"):
-        assert f"{key:<23}{output[key]}" in result.output
-    assert f"{output['supervised_token_ratio']!r}" in result.output
+        assert output[key] == expected[key], key
+        assert f"{key:<23}{expected[key]}" in result.output
+    ratio = GOLDEN["supervised_tokens"] / (40 * 512)
+    assert output["supervised_token_ratio"] == ratio and f"{ratio!r}" in result.output
 
 
 def test_moved_boundaries_change_segments_sha256_only(copy):
@@ -116,12 +146,30 @@ def test_truncated_or_footless_file_is_unreadable(copy, cut):
     (lambda t: pa.Table.from_pylist([{**r, "seq_start_id": [3] + r["seq_start_id"][1:]} if i == 2 else r
                                      for i, r in enumerate(t.to_pylist())], schema=t.schema),
      "row 2: seq_start_id must start at 0"),
+    (lambda t: pa.Table.from_pylist([{**r, "loss_mask": r["loss_mask"][:-1] + [2]} if i == 6 else r
+                                     for i, r in enumerate(t.to_pylist())], schema=t.schema),
+     "row 6: loss_mask holds a value other than 0 or 1"),
+    (lambda t: pa.Table.from_pylist([{**r, "loss_mask": [-1] + r["loss_mask"][1:]} if i == 9 else r
+                                     for i, r in enumerate(t.to_pylist())], schema=t.schema),
+     "row 9: loss_mask holds a value other than 0 or 1"),
 ])
 def test_wrong_schema_or_shape(copy, change, message):
     parquet, _ = copy
     pq.write_table(change(pq.read_table(parquet)), parquet, **WRITER_OPTIONS)
     result = verify_cli(parquet)
     assert result.exit_code == 1 and message in result.output
+
+
+@pytest.mark.parametrize("starts", [[0, 300, 200], [0, 100, 100], [0, 100, 512], [0, 600, 700]],
+                         ids=["decreasing", "repeated", "at the row's end", "past the row's end"])
+def test_segment_starts_that_do_not_increase_inside_the_row_are_refused(copy, starts):
+    """Boundaries a trainer would slice by: each must lie inside the row, after the one before."""
+    parquet, manifest = copy
+    rewrite(parquet, _with_row(4, seq_start_id=starts, conversation_ids=["a", "b", "c"]))
+    output = json.loads(manifest.read_text())["output"]
+    result = verify_cli(parquet, "--rows-sha256", output["rows_sha256"])  # the tokens are untouched
+    assert result.exit_code == 1
+    assert "row 4: seq_start_id must start at 0 and increase within the row" in result.output
 
 
 def test_a_manifest_of_another_build(copy, tmp_path):
@@ -167,9 +215,12 @@ def test_version_differences_warn_without_failing(copy):
 
 
 def test_streaming_hash_equals_the_build_hash(tiny_build):
+    """The row digests the build wrote as it went, those verify reads back, and those recomputed by hand agree."""
     summary = hash_parquet(tiny_build.parquet)
-    assert summary.rows_sha256 == tiny_build.data["output"]["rows_sha256"]
-    assert list(summary.row_digests) == tiny_build.data["row_digests"]
+    expected = recomputed(tiny_build.parquet)
+    assert summary.rows_sha256 == tiny_build.data["output"]["rows_sha256"] == expected["rows_sha256"]
+    assert list(summary.row_digests) == tiny_build.data["row_digests"] == expected["row_digests"]
+    assert len(set(expected["row_digests"])) == 40
 
 
 @pytest.mark.parametrize("change, message", [
@@ -221,7 +272,7 @@ def test_an_extra_column_is_refused(copy):
                                              ("1", False), ("0.649", True), ("0.648", False)])
 def test_a_recipe_ratio_is_checked_to_the_decimals_it_shows_and_at_least_two(copy, tmp_path, shown, verified):
     parquet, manifest = copy
-    assert round(json.loads(manifest.read_text())["output"]["supervised_token_ratio"], 4) == 0.6491
+    assert round(GOLDEN["supervised_tokens"] / (40 * 512), 4) == 0.6491  # 13,294 targets in 40 rows of 512
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text(f"workload:\n  dataset:\n    build:\n      supervised_token_ratio: {shown}  # as published\n")
     result = verify_cli(parquet, "--recipe", recipe)
@@ -245,3 +296,36 @@ def test_an_expectation_verify_cannot_check_fails_closed(copy):
     parquet.write_bytes(parquet.read_bytes()[:100])  # no footer: the rows cannot be read
     report = verify(parquet, Expected([Expectation("rows_sha256", "ab", "--rows-sha256")]))
     assert "rows_sha256: expected ab (--rows-sha256), not checked: the rows could not be read" in report.failures
+
+
+def test_the_readme_recomputation_gives_the_pinned_figures(tiny_build, tmp_path, monkeypatch):
+    """data/README.md promises the figures with numpy and hashlib alone: its snippet, run as printed
+    (from a directory holding the build under build/), prints the inspected values."""
+    import contextlib
+    import io
+    import re
+
+    snippet = re.search(r"With numpy and hashlib alone.*?```python\n(.*?)```",
+                        (REPO / "data" / "README.md").read_text(), re.S).group(1)
+    (tmp_path / "build").mkdir()
+    shutil.copyfile(tiny_build.parquet, tmp_path / "build" / tiny_build.parquet.name)
+    monkeypatch.chdir(tmp_path)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(snippet, {})
+    figures = dict(line.split(" ", 1) for line in printed.getvalue().splitlines())
+    assert figures == {"rows_sha256": GOLDEN["rows_sha256"], "segments_sha256": GOLDEN["segments_sha256"],
+                       "supervised_token_ratio": repr(GOLDEN["supervised_tokens"] / (40 * 512)),
+                       "parquet_sha256": hashlib.sha256(tiny_build.parquet.read_bytes()).hexdigest()}
+
+
+def test_rows_of_another_length_in_a_later_row_group_are_refused(copy):
+    """The row length is the file's first row's, in every row group: each group is read alone."""
+    parquet, _ = copy
+    rows = pq.read_table(parquet).to_pylist()
+    rows[20:] = [{**r, "input_ids": r["input_ids"][:-1], "loss_mask": r["loss_mask"][:-1]} for r in rows[20:]]
+    pq.write_table(pa.Table.from_pylist(rows, schema=pq.read_schema(parquet)), parquet, row_group_size=20,
+                   **WRITER_OPTIONS)
+    assert pq.ParquetFile(parquet).num_row_groups == 2
+    result = verify_cli(parquet)
+    assert result.exit_code == 1 and "row 20 has a length other than 512 tokens" in result.output
