@@ -24,7 +24,8 @@ from ..errors import BuildError
 from ..encode.masks import STRATEGIES, spans_to_mask
 from ..encode.placement import MaskError, place_fields
 from ..encode.render import Renderer
-from ..sources.reader import Conversation, Problem, shown_id
+from ..sources.bad import Problem, shown_id
+from ..sources.reader import Conversation
 
 
 Rendered = tuple[str, "list[tuple[int, int]] | None"]  # the text, and its generation spans when tracked

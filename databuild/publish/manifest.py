@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from ..inputs.hub import ResolvedInputs
     from ..pack.policy import Packing
     from ..pack.rows import PackStats
-    from ..sources.reader import BadConversation
+    from ..sources.bad import BadConversation
 
 FORMAT = "databuild-manifest/1"
 LIBRARIES = ("databuild", "numpy", "pyarrow", "tokenizers", "transformers", "jinja2", "huggingface_hub",
@@ -109,7 +109,7 @@ def build_manifest(config: BuildConfig, inputs: ResolvedInputs, packing: Packing
                           for source in sorted(stats.tokens_by_source)},
             "sources": source_counts(config, inputs, stats, skipped, malformed),
         },
-        "skipped_conversations": [m.__dict__ for m in skipped],
+        "skipped_conversations": [bad.record() for bad in skipped],
         "versions": library_versions(),
         "row_digests": row_digests,
         "continued_rows": stats.continued_rows,
