@@ -35,7 +35,7 @@ from .pack.policy import Packing, pack, packing_for
 from .pack.rows import PackStats
 from .sources.mixture import stream_positions
 from .encode.render import Renderer, load_tokenizer
-from .sources.bad import BadConversation, Problem, bad_conversation, buildable, marked, on_bad_conversation, refusal
+from .sources.bad import OVERLONG, BadConversation, Problem, bad_conversation, buildable, marked, on_bad_conversation, refusal
 from .sources.reader import Conversation
 from .sources.spill import Spill, expected_prefix
 from .rowfile.write import WRITER_OPTIONS, partial_path, partials, publish, rows_per_group, write_rows
@@ -188,7 +188,7 @@ def _make(prepared: Prepared, final: Path, workers: int, batch_size: int, progre
             written = write_rows(bar, partial, config.row_tokens, hasher, segments)
         except OverlongConversation as exc:
             raise refusal(bad_conversation(list(inputs.source_files), exc.conversation.index, exc.conversation.id,
-                                           Problem("overlong", str(exc)))) from None
+                                           Problem(OVERLONG, str(exc)))) from None
     try:
         if written < config.rows:
             raise BuildError(f"the source ran out: {written} rows kept of the {config.rows} the config asks for "

@@ -24,7 +24,7 @@ from ..errors import BuildError
 from ..encode.masks import STRATEGIES, spans_to_mask
 from ..encode.placement import MaskError, place_fields
 from ..encode.render import Renderer
-from ..sources.bad import Problem, shown_id
+from ..sources.bad import MASK_ERROR, TEMPLATE_ERROR, Problem, shown_id
 from ..sources.reader import Conversation
 
 
@@ -101,7 +101,7 @@ class Encoder:
         except MACHINE_LIMITS as exc:
             raise _machine_limit(conversation, exc) from None
         except Exception as exc:  # the template is code from the tokenizer repo; it may refuse a conversation
-            return Problem("template_error", f"the chat template raised {type(exc).__name__}: {exc}")
+            return Problem(TEMPLATE_ERROR, f"the chat template raised {type(exc).__name__}: {exc}")
 
     def tokenize(self, rendered: list[Rendered | Problem]) -> list:
         """The Rust part: runs on the tokenizer's threads with the GIL released."""
@@ -126,7 +126,7 @@ class Encoder:
             try:
                 spans = self.spans(conversation, *item)
             except MaskError as exc:
-                out.append(_unbuildable(conversation, Problem("mask_error", str(exc))))
+                out.append(_unbuildable(conversation, Problem(MASK_ERROR, str(exc))))
                 continue
             except MACHINE_LIMITS as exc:
                 raise _machine_limit(conversation, exc) from None

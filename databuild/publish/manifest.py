@@ -14,6 +14,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..pack.bfd import OVERLONG_COUNTS
+from ..pack.rows import NO_SUPERVISED_TOKEN
+from ..sources.bad import MALFORMED, SKIPPED_KINDS
+
 if TYPE_CHECKING:
     from ..config import BuildConfig
     from ..inputs.hub import ResolvedInputs
@@ -96,14 +100,13 @@ def build_manifest(config: BuildConfig, inputs: ResolvedInputs, packing: Packing
             "source_conversations": sum(len(source.selected) for source in inputs.sources),
             "malformed_in_source": len(malformed),
             "conversations_read": stats.conversations_read,
-            "conversations_skipped": {kind: sum(1 for b in skipped if b.kind == kind)
-                                      for kind in ("malformed", "template_error", "mask_error")},
+            "conversations_skipped": {kind: sum(1 for b in skipped if b.kind == kind) for kind in SKIPPED_KINDS},
             "separators_inserted": stats.separators_inserted,
             "empty_renders": stats.empty_renders,
             "empty_assistant_turns": stats.empty_assistant_turns,
-            "rows_skipped": {"no_supervised_token": stats.rows_skipped_unsupervised},
+            "rows_skipped": {NO_SUPERVISED_TOKEN: stats.rows_skipped_unsupervised},
             **({} if packing.policy == "concat" else {"overlong_conversations": {
-                kind: stats.overlong[kind] for kind in ("dropped", "truncated")}}),
+                kind: stats.overlong[kind] for kind in OVERLONG_COUNTS.values()}}),
             "by_source": {source: {"conversations": stats.conversations_by_source[source],
                                    "tokens": stats.tokens_by_source[source]}
                           for source in sorted(stats.tokens_by_source)},
@@ -144,9 +147,9 @@ def source_counts(config: BuildConfig, inputs: ResolvedInputs, stats: PackStats,
     counts = []
     for number, source in enumerate(inputs.sources):
         kinds = {kind: sum(1 for b, s in zip(skipped, skipped_of) if s == number and b.kind == kind)
-                 for kind in ("malformed", "template_error", "mask_error")}
+                 for kind in SKIPPED_KINDS}
         counts.append({"repo": source.spec.repo, "selected": len(source.selected),
-                       "malformed": malformed_of.count(number),
+                       MALFORMED: malformed_of.count(number),
                        "conversations_read": streamed[number] - sum(kinds.values()),
                        "conversations_skipped": kinds})
     return counts
@@ -206,7 +209,7 @@ ITEMS: dict[str, type | dict[str, type | tuple]] = {
     "counts.by_source": {"conversations": int, "tokens": int},
     "inputs.sources": {"repo": str, "revision": str, "split": str, "origin": str, "files": list, "rows": int,
                        "selected": int, "selected_sha256": str},
-    "counts.sources": {"repo": str, "selected": int, "malformed": int, "conversations_read": int,
+    "counts.sources": {"repo": str, "selected": int, MALFORMED: int, "conversations_read": int,
                        "conversations_skipped": dict},
     "counts.rows_skipped": int, "counts.conversations_skipped": int, "counts.overlong_conversations": int,
     "row_digests": str, "continued_rows": int, "versions": str,

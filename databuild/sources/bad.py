@@ -20,8 +20,17 @@ if TYPE_CHECKING:
     from .reader import Conversation, SourceFile
 
 
+# The kinds of problem. Those of SKIPPED_KINDS can be skipped (on_bad_conversation: skip) and are
+# counted by kind in the manifest (counts.conversations_skipped, in this order).
+MALFORMED = "malformed"  # the up-front check of every row refused it
+TEMPLATE_ERROR = "template_error"  # the chat template raised on it
+MASK_ERROR = "mask_error"  # the loss-mask strategy cannot place its targets
+SKIPPED_KINDS = (MALFORMED, TEMPLATE_ERROR, MASK_ERROR)
+OVERLONG = "overlong"  # longer than a row under overlong: error (the packer's setting, never skipped)
+
+
 class Problem(NamedTuple):
-    """Why a conversation cannot be built: its kind (malformed, template_error, mask_error) and reason."""
+    """Why a conversation cannot be built: its kind (one of the above) and reason."""
     kind: str
     reason: str
 
@@ -67,10 +76,10 @@ def refusal(bad: BadConversation, more: int = 0) -> BuildError:
     """The one line that stops a build at `bad` (`more`: others found with it), naming the config key
     that would let the build go on."""
     others = f" (and {more} more)" if more else ""
-    if bad.kind == "malformed":
+    if bad.kind == MALFORMED:
         return BuildError(f"malformed conversation: {bad.message()}{others}; "
                           "set on_bad_conversation: skip in the config to skip and count them")
-    if bad.kind == "overlong":
+    if bad.kind == OVERLONG:
         return BuildError(f"conversation longer than a row: {bad.message()}{others}; set overlong: drop or "
                           "truncate in the config to drop or cut such conversations")
     return BuildError(f"conversation cannot be built ({bad.kind}): {bad.message()}{others}; "

@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..errors import BuildError
-from .bad import BadConversation, Problem, bad_conversation
+from .bad import MALFORMED, BadConversation, Problem, bad_conversation
 
 if TYPE_CHECKING:
     from .formats import Adapter
@@ -194,4 +194,4 @@ def check_batch(file: SourceFile, offset: int, batch: pa.RecordBatch,
     format refused (`refused`, with the format's reason), then those the record's checks find."""
     bad = {**_malformed_rows(batch), **refused}
     return [bad_conversation([file], offset + row, _text(batch.column("id"), row) or "",
-                             Problem("malformed", bad[row])) for row in sorted(bad)]
+                             Problem(MALFORMED, bad[row])) for row in sorted(bad)]
