@@ -29,7 +29,7 @@ from .rowfile.hashes import RowsHasher, SegmentsHasher, file_sha256
 from .inputs.hub import ResolvedInputs, check_unchanged, resolve_inputs
 from .publish.current import stale_reason
 from .publish.lock import exclusive
-from .publish.manifest import build_manifest, manifest_path, read_manifest, write_manifest
+from .publish.manifest import BuildRecord, build_manifest, manifest_path, read_manifest, write_manifest
 from .pack.bfd import OverlongConversation
 from .pack.policy import Packing, pack, packing_for
 from .pack.rows import PackStats
@@ -85,12 +85,14 @@ def manifest_of(build: Pinned | Prepared, parquet_name: str, stats: PackStats | 
                 segments: SegmentsHasher | None = None, parquet: tuple[str, int] = ("", 0)) -> dict[str, Any]:
     """The manifest of `build`; without stats and hashes, the one it will write as far as it is known
     before its first row, whose pinned sections tell whether a build already there is up to date."""
-    malformed = list(build.malformed.values()) if isinstance(build, Prepared) else []
+    malformed = tuple(build.malformed.values()) if isinstance(build, Prepared) else ()
     hasher, segments = hasher or RowsHasher(), segments or SegmentsHasher()
     writer = {**WRITER_OPTIONS, "row_group_rows": rows_per_group(build.config.row_tokens)}
-    return build_manifest(build.config, build.inputs, build.packing, stats or PackStats(), list(skipped), malformed,
-                          hasher.hexdigest(), hasher.row_digests, *parquet, parquet_name, writer,
-                          encoder_pins(build.encoder), segments_sha256=segments.hexdigest())
+    return build_manifest(BuildRecord(
+        config=build.config, inputs=build.inputs, packing=build.packing, encoder_pins=encoder_pins(build.encoder),
+        parquet_writer=writer, file_name=parquet_name, stats=stats or PackStats(), rows_sha256=hasher.hexdigest(),
+        segments_sha256=segments.hexdigest(), row_digests=hasher.row_digests, skipped=tuple(skipped),
+        malformed=malformed, parquet_sha256=parquet[0], parquet_bytes=parquet[1]))
 
 
 @dataclass

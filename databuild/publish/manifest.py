@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -48,23 +49,40 @@ def dumps(manifest: dict[str, Any]) -> str:
     return json.dumps(manifest, indent=2, sort_keys=False, ensure_ascii=False) + "\n"
 
 
-def build_manifest(config: BuildConfig, inputs: ResolvedInputs, packing: Packing, stats: PackStats,
-                   skipped: list[BadConversation], malformed: list[BadConversation], rows_sha256: str,
-                   row_digests: list[str], parquet_sha256: str, parquet_bytes: int, file_name: str,
-                   parquet_writer: dict[str, Any], encoder_pins: dict[str, Any] | None = None, *,
-                   segments_sha256: str) -> dict[str, Any]:
+@dataclass(frozen=True)
+class BuildRecord:
+    """What a build's manifest is made of: what it was built from, and what building it gave. Before
+    the first row, the results are those of no row (empty stats and hashes, no parquet)."""
+    config: BuildConfig
+    inputs: ResolvedInputs
+    packing: Packing
+    encoder_pins: dict[str, Any]  # the render and mask set-up (build.encoder_pins)
+    parquet_writer: dict[str, Any]  # the writer's options
+    file_name: str  # of the parquet, without its directory
+    stats: PackStats
+    rows_sha256: str
+    segments_sha256: str
+    row_digests: list[str] = field(default_factory=list)
+    skipped: tuple[BadConversation, ...] = ()  # in the order the packer met them
+    malformed: tuple[BadConversation, ...] = ()  # every malformed conversation the stream holds
+    parquet_sha256: str = ""
+    parquet_bytes: int = 0
+
+
+def build_manifest(record: BuildRecord) -> dict[str, Any]:
     """The manifest of a finished build: every pin, count and version, nothing of the moment it ran."""
+    config, inputs, packing, stats = record.config, record.inputs, record.packing, record.stats
+    skipped, encoder_pins = record.skipped, record.encoder_pins
     total = stats.tokens_kept
-    encoder_pins = encoder_pins or {}
     return {
         "format": FORMAT,
         "name": config.name,
         "output": {
-            "file": file_name,
-            "rows_sha256": rows_sha256,
-            "segments_sha256": segments_sha256,
-            "parquet_sha256": parquet_sha256,
-            "parquet_bytes": parquet_bytes,
+            "file": record.file_name,
+            "rows_sha256": record.rows_sha256,
+            "segments_sha256": record.segments_sha256,
+            "parquet_sha256": record.parquet_sha256,
+            "parquet_bytes": record.parquet_bytes,
             "rows": stats.rows_kept,
             "row_tokens": config.row_tokens,
             "padding_tokens": stats.padding_tokens,
@@ -80,7 +98,7 @@ def build_manifest(config: BuildConfig, inputs: ResolvedInputs, packing: Packing
             "template_kwargs": config.template_kwargs_dict,
             "separator": {"token": packing.separator, "id": packing.separator_id},
             "on_bad_conversation": config.on_bad_conversation,
-            "parquet_writer": parquet_writer,
+            "parquet_writer": record.parquet_writer,
             "rows": config.rows,
             "row_tokens": config.row_tokens,
             "chat_template": encoder_pins.get("chat_template"),
@@ -98,7 +116,7 @@ def build_manifest(config: BuildConfig, inputs: ResolvedInputs, packing: Packing
         },
         "counts": {
             "source_conversations": sum(len(source.selected) for source in inputs.sources),
-            "malformed_in_source": len(malformed),
+            "malformed_in_source": len(record.malformed),
             "conversations_read": stats.conversations_read,
             "conversations_skipped": {kind: sum(1 for b in skipped if b.kind == kind) for kind in SKIPPED_KINDS},
             "separators_inserted": stats.separators_inserted,
@@ -110,11 +128,11 @@ def build_manifest(config: BuildConfig, inputs: ResolvedInputs, packing: Packing
             "by_source": {source: {"conversations": stats.conversations_by_source[source],
                                    "tokens": stats.tokens_by_source[source]}
                           for source in sorted(stats.tokens_by_source)},
-            "sources": source_counts(config, inputs, stats, skipped, malformed),
+            "sources": source_counts(record),
         },
         "skipped_conversations": [bad.record() for bad in skipped],
         "versions": library_versions(),
-        "row_digests": row_digests,
+        "row_digests": record.row_digests,
         "continued_rows": stats.continued_rows,
     }
 
@@ -135,12 +153,13 @@ def source_pins(source) -> dict[str, Any]:
             "selected_sha256": selection_sha256(source.selected)}
 
 
-def source_counts(config: BuildConfig, inputs: ResolvedInputs, stats: PackStats, skipped: list[BadConversation],
-                  malformed: list[BadConversation]) -> list[dict[str, Any]]:
+def source_counts(record: BuildRecord) -> list[dict[str, Any]]:
     """counts.sources[i]: each source's share of every conversation count; they add up to the totals.
     The packer read the first conversations_read + len(skipped) stream positions."""
     from ..sources.mixture import read_by_source, source_of
 
+    config, inputs, stats, skipped, malformed = (record.config, record.inputs, record.stats, record.skipped,
+                                                 record.malformed)
     firsts, selections = inputs.selections
     streamed = read_by_source(firsts, selections, config.seed, stats.conversations_read + len(skipped))
     skipped_of, malformed_of = (source_of(firsts, [b.index for b in bad]).tolist() for bad in (skipped, malformed))
