@@ -23,7 +23,8 @@ from typing import Any, Iterator
 from tqdm import tqdm
 
 from .config import BuildConfig
-from .encode.encoder import Encoder, encode_stream
+from .encode.encoder import Encoder
+from .executors import encode_stream_on
 from .errors import BuildError
 from .rowfile.hashes import RowsHasher, SegmentsHasher, file_sha256
 from .inputs.hub import ResolvedInputs, check_unchanged, resolve_inputs
@@ -174,12 +175,7 @@ def _make(prepared: Prepared, final: Path, workers: int, batch_size: int, progre
     partial = partial_path(final)
     stats, skipped, hasher, segments = PackStats(), [], RowsHasher(), SegmentsHasher()
     conversations = prepared.conversations()
-    if executor == "ray":
-        from .executors.ray import ray_encode_stream
-
-        stream = ray_encode_stream(conversations, encoder, batch_size, workers, ray_address)
-    else:
-        stream = encode_stream(conversations, encoder, batch_size, workers)
+    stream = encode_stream_on(executor, conversations, encoder, batch_size, workers, ray_address)
     with closing(stream) as tokenized:
         kept = buildable(tokenized, config.on_bad_conversation, list(inputs.source_files), skipped)
         rows = islice(pack(kept, prepared.packing, stats), config.rows)
