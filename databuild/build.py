@@ -30,7 +30,8 @@ from .rowfile.hashes import RowsHasher, SegmentsHasher, file_sha256
 from .inputs.hub import ResolvedInputs, check_unchanged, resolve_inputs
 from .publish.current import stale_reason
 from .publish.lock import exclusive
-from .publish.manifest import BuildRecord, build_manifest, manifest_path, read_manifest, write_manifest
+from .publish.manifest import BuildRecord, build_manifest, manifest_path, write_manifest
+from .publish.manifest_read import read_manifest
 from .pack.bfd import OverlongConversation
 from .pack.policy import Packing, pack, packing_for
 from .pack.rows import PackStats
