@@ -124,7 +124,7 @@ def _prove_placements(encoder, batch, rendered) -> None:
     """The sentinel render and check of every untagged conversation: what proving placements costs
     (Encoder.finish does it again; this stage is left out of the total)."""
     from databuild.encode.placement import MaskError, place_fields
-    from databuild.sources.reader import Problem
+    from databuild.sources.bad import Problem
 
     for conversation, item in zip(batch, rendered):
         if not isinstance(item, Problem) and item[1] is None:

@@ -18,24 +18,27 @@ from contextlib import closing
 from dataclasses import dataclass, replace
 from itertools import islice
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterator
 
 from tqdm import tqdm
 
 from .config import BuildConfig
-from .encode.encoder import Encoder, TokenizedConversation, encode_stream
+from .encode.encoder import Encoder
+from .executors import encode_stream_on
 from .errors import BuildError
 from .rowfile.hashes import RowsHasher, SegmentsHasher, file_sha256
 from .inputs.hub import ResolvedInputs, check_unchanged, resolve_inputs
 from .publish.current import stale_reason
 from .publish.lock import exclusive
-from .publish.manifest import build_manifest, manifest_path, read_manifest, write_manifest
+from .publish.manifest import BuildRecord, build_manifest, manifest_path, write_manifest
+from .publish.manifest_read import read_manifest
 from .pack.bfd import OverlongConversation
 from .pack.policy import Packing, pack, packing_for
 from .pack.rows import PackStats
 from .sources.mixture import stream_positions
 from .encode.render import Renderer, load_tokenizer
-from .sources.reader import BadConversation, Conversation, Problem, SourceFile, bad_conversation
+from .sources.bad import OVERLONG, BadConversation, Problem, bad_conversation, buildable, marked, on_bad_conversation, refusal
+from .sources.reader import Conversation
 from .sources.spill import Spill, expected_prefix
 from .rowfile.write import WRITER_OPTIONS, partial_path, partials, publish, rows_per_group, write_rows
 
@@ -58,41 +61,6 @@ def encoder_pins(encoder: Encoder) -> dict[str, Any]:
     declared ends of turn, and the tokenizer.json blocks switched off."""
     return {"chat_template": encoder.renderer.pins(), "end_of_turn": sorted(encoder.end_of_turn),
             "tokenizer_json_switched_off": encoder.switched_off}
-
-
-def _marked(conversations: Iterable[Conversation],
-            malformed: dict[int, BadConversation]) -> Iterator[Conversation]:
-    """The stream with each malformed conversation marked as such, so that it is skipped and counted
-    where the packer meets it, like any other it cannot build (the count then never depends on how
-    far the tokenizer ran ahead)."""
-    for conversation in conversations:
-        bad = malformed.get(conversation.index)
-        yield conversation if bad is None else replace(conversation, messages=(), problem=Problem(bad.kind, bad.reason))
-
-
-def _buildable(tokenized: Iterable[TokenizedConversation], config: BuildConfig, files: list[SourceFile],
-               skipped: list[BadConversation]) -> Iterator[TokenizedConversation]:
-    """The stream without the conversations that cannot be built (malformed, refused by the template,
-    or unmaskable): skipped into `skipped` under `on_bad_conversation: skip`, else the build stops
-    at the first, naming it."""
-    for conversation in tokenized:
-        if conversation.problem is None:
-            yield conversation
-            continue
-        kind, reason = conversation.problem
-        bad = bad_conversation(files, conversation.index, conversation.id, reason, kind)
-        if config.on_bad_conversation == "error":
-            raise BuildError(f"conversation cannot be built ({kind}): {bad.message()}; "
-                             "set on_bad_conversation: skip in the config to skip and count such conversations")
-        skipped.append(bad)
-
-
-def _check_malformed(config: BuildConfig, found: list[BadConversation]) -> dict[int, BadConversation]:
-    if found and config.on_bad_conversation == "error":
-        more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
-        raise BuildError(f"malformed conversation: {found[0].message()}{more}; "
-                         "set on_bad_conversation: skip in the config to skip and count them")
-    return {m.index: m for m in found}
 
 
 @dataclass(frozen=True)
@@ -119,12 +87,14 @@ def manifest_of(build: Pinned | Prepared, parquet_name: str, stats: PackStats | 
                 segments: SegmentsHasher | None = None, parquet: tuple[str, int] = ("", 0)) -> dict[str, Any]:
     """The manifest of `build`; without stats and hashes, the one it will write as far as it is known
     before its first row, whose pinned sections tell whether a build already there is up to date."""
-    malformed = list(build.malformed.values()) if isinstance(build, Prepared) else []
+    malformed = tuple(build.malformed.values()) if isinstance(build, Prepared) else ()
     hasher, segments = hasher or RowsHasher(), segments or SegmentsHasher()
     writer = {**WRITER_OPTIONS, "row_group_rows": rows_per_group(build.config.row_tokens)}
-    return build_manifest(build.config, build.inputs, build.packing, stats or PackStats(), list(skipped), malformed,
-                          hasher.hexdigest(), hasher.row_digests, *parquet, parquet_name, writer,
-                          encoder_pins(build.encoder), segments_sha256=segments.hexdigest())
+    return build_manifest(BuildRecord(
+        config=build.config, inputs=build.inputs, packing=build.packing, encoder_pins=encoder_pins(build.encoder),
+        parquet_writer=writer, file_name=parquet_name, stats=stats or PackStats(), rows_sha256=hasher.hexdigest(),
+        segments_sha256=segments.hexdigest(), row_digests=hasher.row_digests, skipped=tuple(skipped),
+        malformed=malformed, parquet_sha256=parquet[0], parquet_bytes=parquet[1]))
 
 
 @dataclass
@@ -143,7 +113,7 @@ class Prepared:
 
     def conversations(self) -> Iterator[Conversation]:
         """The stream in permutation order, malformed conversations marked."""
-        return _marked(self.spill.conversations(), self.malformed)
+        return marked(self.spill.conversations(), self.malformed)
 
     def __enter__(self) -> Prepared:
         return self
@@ -165,7 +135,8 @@ def prepare(config: BuildConfig, offline: bool = False, window: int = DEFAULT_WI
         spill = Spill(inputs.source_files, positions, window, Path(spill_dir.name))
         if spill_prefix is None:
             spill_prefix = expected_prefix(inputs.source_files, positions, config.rows * config.row_tokens)
-        malformed = _check_malformed(config, spill.check_and_spill(spill_prefix))
+        found = on_bad_conversation(config.on_bad_conversation, spill.check_and_spill(spill_prefix))
+        malformed = {bad.index: bad for bad in found}
     except BaseException:
         spill_dir.cleanup()
         raise
@@ -205,25 +176,18 @@ def _make(prepared: Prepared, final: Path, workers: int, batch_size: int, progre
     partial = partial_path(final)
     stats, skipped, hasher, segments = PackStats(), [], RowsHasher(), SegmentsHasher()
     conversations = prepared.conversations()
-    if executor == "ray":
-        from .executors.ray import ray_encode_stream
-
-        stream = ray_encode_stream(conversations, encoder, batch_size, workers, ray_address)
-    else:
-        stream = encode_stream(conversations, encoder, batch_size, workers)
+    stream = encode_stream_on(executor, conversations, encoder, batch_size, workers, ray_address)
     with closing(stream) as tokenized:
-        buildable = _buildable(tokenized, config, list(inputs.source_files), skipped)
-        rows = islice(pack(buildable, prepared.packing, stats), config.rows)
+        kept = buildable(tokenized, config.on_bad_conversation, list(inputs.source_files), skipped)
+        rows = islice(pack(kept, prepared.packing, stats), config.rows)
         # disable=None: a bar on a terminal, nothing in logs and CI
         bar = tqdm(rows, total=config.rows, unit="row", desc=config.name,
                    disable=None if progress is None else not progress, leave=False)
         try:
             written = write_rows(bar, partial, config.row_tokens, hasher, segments)
         except OverlongConversation as exc:
-            bad = bad_conversation(list(inputs.source_files), exc.conversation.index, exc.conversation.id,
-                                   str(exc), "overlong")
-            raise BuildError(f"conversation longer than a row: {bad.message()}; set overlong: drop or "
-                             "truncate in the config to drop or cut such conversations") from None
+            raise refusal(bad_conversation(list(inputs.source_files), exc.conversation.index, exc.conversation.id,
+                                           Problem(OVERLONG, str(exc)))) from None
     try:
         if written < config.rows:
             raise BuildError(f"the source ran out: {written} rows kept of the {config.rows} the config asks for "

@@ -100,12 +100,13 @@ def make(name, out_dir, offline, dataset_dir, tokenizer_dir, workers, batch_size
     """
     from .build import make as run_make
     from .config import resolve_config
+    from .pack.rows import NO_SUPERVISED_TOKEN
 
     config = _overrides(resolve_config(name), dataset_dir, tokenizer_dir)
     result = run_make(config, out_dir, force=force, offline=offline, workers=workers, batch_size=batch_size,
                       executor=executor, ray_address=ray_address)
     s = result.data["output"]
-    skipped = result.data["counts"]["rows_skipped"]["no_supervised_token"]
+    skipped = result.data["counts"]["rows_skipped"][NO_SUPERVISED_TOKEN]
     waited = f" after waiting {result.waited:.1f} s for another make" if result.waited >= 0.05 else ""
     if result.built is None:
         click.echo(f"up to date{waited}: the manifest records this config's pins and settings and the file verifies "

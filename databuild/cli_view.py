@@ -39,7 +39,7 @@ def show(parquet, row, name_or_dir, color):
       databuild show rows.parquet --row 6000 --tokenizer ./tokenizer
       databuild show rows.parquet --row 12 --color always | less -R
     """
-    from .publish.manifest import manifest_beside
+    from .publish.manifest_read import manifest_beside
     from .inputs.tokenizer import tokenizer_dir
     from .encode.render import load_tokenizer
     from .views.show import compose, decode_spans, open_parquet, read_rows, row_header, spans

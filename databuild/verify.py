@@ -15,7 +15,8 @@ from typing import Any
 
 from .errors import BuildError
 from .rowfile.hashes import ParquetSummary, RowFormatError, UnreadableError, file_sha256, hash_parquet
-from .publish.manifest import library_versions, manifest_path, read_manifest
+from .publish.manifest import library_versions, manifest_path
+from .publish.manifest_read import read_manifest
 from .rowfile.write import partials
 
 EXIT_OK, EXIT_DIFFERENT, EXIT_USAGE, EXIT_UNREADABLE = 0, 1, 2, 3

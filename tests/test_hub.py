@@ -243,3 +243,29 @@ def test_a_mixture_of_two_pinned_hub_sources_builds_the_whole(tmp_path, tiny_bui
     result = run(cache, "make", str(config), "--out", str(tmp_path / "out2"))
     assert_one_line_error(result, f"dataset {MIXTURE[1][0]}@{MIXTURE[1][1]}: not in the hub cache and offline",
                           f"databuild fetch {TINY}")
+
+
+def test_named_templates_are_tokenizer_files_hashed_and_checked(hub, tiny_build, tmp_path):
+    """transformers loads additional_chat_templates/NAME.jinja as the template NAME: in a hub snapshot
+    it is a tokenizer file like the others, hashed into the manifest, checked against the cache and its pin."""
+    cache, unpinned = hub
+    named = "additional_chat_templates/harmony.jinja"  # the default template plus a comment: the same renders
+    (tmp_path / "harmony.jinja").write_text((TOKENIZER_DIR / "chat_template.jinja").read_text() + "{# named #}")
+    lay_out_repo(cache, "model", TOKENIZER_REPO, TOKENIZER_COMMIT, {named: tmp_path / "harmony.jinja"})
+    digest = hashlib.sha256((tmp_path / "harmony.jinja").read_bytes()).hexdigest()
+    pinned = write_config(tmp_path / "pinned.yaml", source={"dir": None}, chat_template_name="harmony",
+                          tokenizer={"dir": None, "sha256": {"tokenizer.json": blob_name(
+                              TOKENIZER_DIR / "tokenizer.json", True), named: digest}})
+    result = run(cache, "make", str(pinned), "--out", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "out" / f"{TINY}.parquet").read_bytes() == tiny_build.parquet.read_bytes()
+    manifest = json.loads((tmp_path / "out" / f"{TINY}.manifest.json").read_text())
+    assert manifest["inputs"]["tokenizer"]["sha256"][named] == digest
+    assert manifest["build"]["chat_template"] == {"name": "harmony", "sha256": {"harmony": digest}}
+
+    blob = (cache / f"models--{TOKENIZER_REPO.replace('/', '--')}" / "snapshots" / TOKENIZER_COMMIT / named).resolve()
+    blob.write_text(blob.read_text() + " ")
+    result = run(cache, "make", str(pinned), "--out", str(tmp_path / "out2"))
+    assert_one_line_error(result, f"{named} sha256 is", f"the config pins {digest}")
+    result = run(cache, "make", str(unpinned), "--out", str(tmp_path / "out3"))  # not used, not pinned: still checked
+    assert_one_line_error(result, f"{named}: cached file is corrupt")

@@ -1,22 +1,17 @@
-"""Tokenize stage: render, tokenize once whole, mask; batched through the tokenizer's Rust threads.
+"""Tokenize stage: render, tokenize once whole, mask, one batch at a time (`Encoder.encode_batch`).
 
 The rendered text is encoded the way `apply_chat_template(tokenize=True)` encodes it: without special
 tokens of the tokenizer's own (no double BOS), with the truncation and padding a tokenizer.json may
-carry switched off, and special-token text in messages read as the special token. Batches are pure
-functions of their conversations, so worker processes change only the speed, never the output:
-results come back in batch order.
+carry switched off, and special-token text in messages read as the special token. A batch is a pure
+function of its conversations, so whoever runs it (databuild/executors) changes only the speed,
+never the output.
 """
 
 from __future__ import annotations
 
-import multiprocessing
-import os
 import re
-from collections import deque
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass
-from itertools import islice
-from typing import Callable, Iterable, Iterator
+from typing import Iterable
 
 import numpy as np
 
@@ -24,7 +19,8 @@ from ..errors import BuildError
 from ..encode.masks import STRATEGIES, spans_to_mask
 from ..encode.placement import MaskError, place_fields
 from ..encode.render import Renderer
-from ..sources.reader import Conversation, Problem, shown_id
+from ..sources.bad import MASK_ERROR, TEMPLATE_ERROR, Problem, shown_id
+from ..sources.reader import Conversation
 
 
 Rendered = tuple[str, "list[tuple[int, int]] | None"]  # the text, and its generation spans when tracked
@@ -100,7 +96,7 @@ class Encoder:
         except MACHINE_LIMITS as exc:
             raise _machine_limit(conversation, exc) from None
         except Exception as exc:  # the template is code from the tokenizer repo; it may refuse a conversation
-            return Problem("template_error", f"the chat template raised {type(exc).__name__}: {exc}")
+            return Problem(TEMPLATE_ERROR, f"the chat template raised {type(exc).__name__}: {exc}")
 
     def tokenize(self, rendered: list[Rendered | Problem]) -> list:
         """The Rust part: runs on the tokenizer's threads with the GIL released."""
@@ -125,7 +121,7 @@ class Encoder:
             try:
                 spans = self.spans(conversation, *item)
             except MaskError as exc:
-                out.append(_unbuildable(conversation, Problem("mask_error", str(exc))))
+                out.append(_unbuildable(conversation, Problem(MASK_ERROR, str(exc))))
                 continue
             except MACHINE_LIMITS as exc:
                 raise _machine_limit(conversation, exc) from None
@@ -155,73 +151,3 @@ def _unbuildable(conversation: Conversation, problem: Problem) -> TokenizedConve
     empty, one_line = np.zeros(0, dtype=np.int32), problem._replace(reason=problem.reason.replace("\n", " "))
     return TokenizedConversation(conversation.position, conversation.index, conversation.id, conversation.source,
                                  empty, empty.astype(np.int8), one_line)
-
-
-def batches(items: Iterable[Conversation], size: int) -> Iterator[list[Conversation]]:
-    iterator = iter(items)
-    while batch := list(islice(iterator, size)):
-        yield batch
-
-
-def in_order(batches_: Iterable[list[Conversation]], submit: Callable, result: Callable,
-             in_flight: int) -> Iterator[TokenizedConversation]:
-    """Results of submit(batch) for each batch, in batch order, with at most `in_flight` batches
-    submitted and not yet taken back: what bounds memory for every executor."""
-    pending: deque = deque()
-    for batch in batches_:
-        pending.append(submit(batch))
-        if len(pending) >= in_flight:
-            yield from result(pending.popleft())
-    while pending:
-        yield from result(pending.popleft())
-
-
-def _overlapped(conversations: Iterable[Conversation], encoder: Encoder,
-                batch_size: int) -> Iterator[TokenizedConversation]:
-    """One process: batch k+1 tokenizes on the Rust threads while Python masks batch k and the
-    caller packs and writes it, so the cores are not left idle while either side works."""
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        def submit(batch):
-            rendered = encoder.render(batch)
-            return batch, rendered, pool.submit(encoder.tokenize, rendered)
-
-        def result(item):
-            batch, rendered, future = item
-            return encoder.finish(batch, rendered, future.result())
-
-        yield from in_order(batches(conversations, batch_size), submit, result, 2)
-
-
-_worker_encoder: Encoder | None = None  # in a worker process: the one the pool was started with
-
-
-def _start_worker(encoder: Encoder) -> None:
-    global _worker_encoder
-    _worker_encoder = encoder
-
-
-def _encode_in_worker(batch: list[Conversation]) -> list[TokenizedConversation]:
-    return _worker_encoder.encode_batch(batch)
-
-
-def encode_stream(conversations: Iterable[Conversation], encoder: Encoder, batch_size: int,
-                  workers: int = 1) -> Iterator[TokenizedConversation]:
-    """Tokenized conversations in input order. At most 2*workers batches are in flight (bounded memory)."""
-    if workers <= 1:
-        yield from _overlapped(conversations, encoder, batch_size)
-        return
-    # spawn, not fork: the tokenizer's Rust thread pool does not survive a fork.
-    context = multiprocessing.get_context("spawn")
-    env_threads = os.environ.get("RAYON_NUM_THREADS")
-    os.environ["RAYON_NUM_THREADS"] = "1"  # one process per core; children inherit this at spawn
-    try:
-        # The encoder (tokenizer included) goes to each worker once, not with every batch.
-        with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_start_worker,
-                                 initargs=(encoder,)) as pool:
-            yield from in_order(batches(conversations, batch_size), lambda b: pool.submit(_encode_in_worker, b),
-                                lambda future: future.result(), 2 * workers)
-    finally:
-        if env_threads is None:
-            os.environ.pop("RAYON_NUM_THREADS", None)
-        else:
-            os.environ["RAYON_NUM_THREADS"] = env_threads

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..errors import BuildError
+from .transformers_private import REASONING_FIELDS
 
-REASONING_KEYS = ("reasoning_content", "thinking", "reasoning")  # transformers' _REASONING_FIELDS
 PRIVATE_USE = range(0xE000, 0xF900)
 
 
@@ -44,7 +44,7 @@ def assistant_fields(messages) -> list[tuple[int, tuple, str]]:
     for index, message in enumerate(messages):
         if message.get("role") != "assistant":
             continue
-        fields += [(index, (key,), message[key]) for key in REASONING_KEYS if isinstance(message.get(key), str)]
+        fields += [(index, (key,), message[key]) for key in REASONING_FIELDS if isinstance(message.get(key), str)]
         if isinstance(message.get("content"), str):
             fields.append((index, ("content",), message["content"]))
         calls = message.get("tool_calls")
@@ -59,7 +59,7 @@ def assistant_fields(messages) -> list[tuple[int, tuple, str]]:
 
 
 def _kind(path: tuple) -> str:
-    return "reasoning" if path[0] in REASONING_KEYS else "content" if path[0] == "content" else "tool_call"
+    return "reasoning" if path[0] in REASONING_FIELDS else "content" if path[0] == "content" else "tool_call"
 
 
 def _marks(text: str, count: int) -> list[str]:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import BuildError
+from . import transformers_private
 
 _C_LOCALE_DAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
 _C_LOCALE_MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August",
@@ -76,22 +77,16 @@ def chat_templates(tokenizer) -> dict[str, str]:
 
 
 def template_messages(messages) -> list[dict]:
-    """The messages as apply_chat_template hands them to the template: keys whose value is None
-    dropped, a plain copy, reasoning aliased (`thinking` and `reasoning_content`), by transformers' own
-    functions. Messages of plain string role and content (the Tulu schema) are that already."""
+    """The messages as apply_chat_template hands them to the template (transformers_private.template_messages);
+    messages of plain string role and content (the Tulu schema) are that already."""
     if all(type(v) is str and k in PLAIN_KEYS for m in messages for k, v in m.items()):
         return list(messages)
-    from transformers.utils.chat_template_utils import (_alias_reasoning_fields, _normalize_chat_messages,
-                                                        _plain_template_data)
-
-    return _alias_reasoning_fields(_plain_template_data(_normalize_chat_messages(list(messages))))
+    return transformers_private.template_messages(messages)
 
 
 @lru_cache(maxsize=8)
 def _compiled(chat_template: str, current_date: str | None):
-    from transformers.utils.chat_template_utils import _compile_jinja_template
-
-    environment = _compile_jinja_template(chat_template).environment
+    environment = transformers_private.template_environment(chat_template)
     return environment.from_string(chat_template, globals={"strftime_now": pinned_strftime(current_date)})
 
 
@@ -152,15 +147,9 @@ class Renderer:
 
     def _blocks(self, messages, tools):
         template, shared = self._template(self.template_name(tools))
-        # Template.render, less merging the globals into the variables on every call: with
-        # shared=True the context takes the dict as it is.
-        if tools is not None:
-            from transformers.utils.chat_template_utils import _plain_template_data
-
-            tools = _plain_template_data(tools)
-        context = template.new_context({**shared, "messages": template_messages(messages), "tools": tools},
-                                       shared=True)
-        return template, template.root_render_func(context)
+        tools = None if tools is None else transformers_private.template_tools(tools)
+        variables = {**shared, "messages": template_messages(messages), "tools": tools}
+        return template, transformers_private.render_blocks(template, variables)
 
     def render(self, messages, tools=None) -> str:
         return "".join(self._blocks(messages, tools)[1])
@@ -170,7 +159,7 @@ class Renderer:
         transformers' tracker, run as `apply_chat_template(return_assistant_tokens_mask=True)` runs it."""
         template, blocks = self._blocks(messages, tools)
         rendered, spans = [], []
-        with template.environment.activate_tracker(rendered, spans):
+        with transformers_private.generation_tracker(template, rendered, spans):
             for block in blocks:
                 rendered.append(block)
         return "".join(rendered), spans

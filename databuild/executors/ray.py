@@ -24,10 +24,11 @@ import logging
 import os
 from typing import Iterable, Iterator
 
-from ..encode.encoder import Encoder, TokenizedConversation, batches, in_order
+from ..encode.encoder import Encoder, TokenizedConversation
 from ..errors import BuildError, first_line
 from ..publish.manifest import library_versions
 from ..sources.reader import Conversation
+from .local import batches, in_order
 
 # One core per worker: each actor reserves one CPU and its tokenizer uses one thread (no Rust pool
 # of its own: RAYON_NUM_THREADS=1); TOKENIZERS_PARALLELISM set explicitly never warns about forks.

@@ -25,6 +25,16 @@ from ..sources.reader import SourceFile, source_files
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja",
                    "special_tokens_map.json", "added_tokens.json", "tokenizer.model")
+# Named chat templates: transformers loads additional_chat_templates/NAME.jinja as the template NAME.
+NAMED_TEMPLATES = "additional_chat_templates/*.jinja"
+TOKENIZER_PATTERNS = (*TOKENIZER_FILES, NAMED_TEMPLATES)  # what is fetched of a tokenizer repo
+
+
+def tokenizer_files(directory: Path) -> list[str]:
+    """The tokenizer files in `directory`, named as the manifest names them: those of TOKENIZER_FILES
+    present, in that order, then the named templates in sorted order."""
+    present = [name for name in TOKENIZER_FILES if (directory / name).exists()]
+    return present + sorted(path.relative_to(directory).as_posix() for path in directory.glob(NAMED_TEMPLATES))
 
 
 @dataclass(frozen=True)
@@ -177,7 +187,7 @@ def _resolve_tokenizer(config: BuildConfig, offline: bool) -> Path:
         if not spec.dir.is_dir():
             raise BuildError(f"tokenizer dir {spec.dir} does not exist")
         return spec.dir
-    return hub_snapshot(spec.repo, spec.revision, "model", list(TOKENIZER_FILES), offline, _fetch_hint(config))
+    return hub_snapshot(spec.repo, spec.revision, "model", list(TOKENIZER_PATTERNS), offline, _fetch_hint(config))
 
 
 def resolve_inputs(config: BuildConfig, offline: bool = False) -> ResolvedInputs:
@@ -185,11 +195,7 @@ def resolve_inputs(config: BuildConfig, offline: bool = False) -> ResolvedInputs
     offline = offline_mode(offline)
     tokenizer_dir = _resolve_tokenizer(config, offline)
     where = f"tokenizer {config.tokenizer.repo}@{config.tokenizer.revision}"
-    tokenizer_hashes = []
-    for name in TOKENIZER_FILES:
-        path = tokenizer_dir / name
-        if path.exists():
-            tokenizer_hashes.append((name, file_sha256(path)[0]))
+    tokenizer_hashes = [(name, file_sha256(tokenizer_dir / name)[0]) for name in tokenizer_files(tokenizer_dir)]
     found = dict(tokenizer_hashes)
     for name, expected in config.tokenizer.sha256:
         if name not in found:
@@ -258,7 +264,7 @@ def fetch(config: BuildConfig) -> ResolvedInputs:
         if spec.dir is None:
             _fetch_all(spec.repo, spec.revision, "dataset", [f"data/{spec.split}-*.parquet"])
     if config.tokenizer.dir is None:
-        _fetch_all(config.tokenizer.repo, config.tokenizer.revision, "model", list(TOKENIZER_FILES))
+        _fetch_all(config.tokenizer.repo, config.tokenizer.revision, "model", list(TOKENIZER_PATTERNS))
     return resolve_inputs(config, offline=True)
 
 

@@ -15,10 +15,10 @@ from ..rowfile.hashes import file_sha256
 
 
 def _hub_cache(repo: str, revision: str) -> Path | None:
-    from ..inputs.hub import TOKENIZER_FILES, hub_snapshot
+    from ..inputs.hub import TOKENIZER_PATTERNS, hub_snapshot
 
     try:
-        path = hub_snapshot(repo, revision, "model", list(TOKENIZER_FILES), True, "")
+        path = hub_snapshot(repo, revision, "model", list(TOKENIZER_PATTERNS), True, "")
     except BuildError:  # not cached here: try the next place
         return None
     return path if (path / "tokenizer.json").is_file() else None

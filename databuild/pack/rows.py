@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 PADDING_ID = ""  # the conversation id of a row's final padding segment (real ids are never empty)
+NO_SUPERVISED_TOKEN = "no_supervised_token"  # why a row is skipped (the manifest's counts.rows_skipped)
 
 
 @dataclass(frozen=True)

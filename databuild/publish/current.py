@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import BuildError
-from .manifest import manifest_path, read_manifest
+from .manifest import manifest_path
+from .manifest_read import read_manifest
 
 PINNED = ("format", "name", "build", "inputs", "versions")
 SHOWN = 60  # characters of a differing value quoted in a message

@@ -10,16 +10,21 @@ from __future__ import annotations
 import json
 import os
 import platform
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from ..pack.bfd import OVERLONG_COUNTS
+from ..pack.rows import NO_SUPERVISED_TOKEN
+from ..sources.bad import MALFORMED, SKIPPED_KINDS
 
 if TYPE_CHECKING:
     from ..config import BuildConfig
     from ..inputs.hub import ResolvedInputs
     from ..pack.policy import Packing
     from ..pack.rows import PackStats
-    from ..sources.reader import BadConversation
+    from ..sources.bad import BadConversation
 
 FORMAT = "databuild-manifest/1"
 LIBRARIES = ("databuild", "numpy", "pyarrow", "tokenizers", "transformers", "jinja2", "huggingface_hub",
@@ -44,23 +49,40 @@ def dumps(manifest: dict[str, Any]) -> str:
     return json.dumps(manifest, indent=2, sort_keys=False, ensure_ascii=False) + "\n"
 
 
-def build_manifest(config: BuildConfig, inputs: ResolvedInputs, packing: Packing, stats: PackStats,
-                   skipped: list[BadConversation], malformed: list[BadConversation], rows_sha256: str,
-                   row_digests: list[str], parquet_sha256: str, parquet_bytes: int, file_name: str,
-                   parquet_writer: dict[str, Any], encoder_pins: dict[str, Any] | None = None, *,
-                   segments_sha256: str) -> dict[str, Any]:
+@dataclass(frozen=True)
+class BuildRecord:
+    """What a build's manifest is made of: what it was built from, and what building it gave. Before
+    the first row, the results are those of no row (empty stats and hashes, no parquet)."""
+    config: BuildConfig
+    inputs: ResolvedInputs
+    packing: Packing
+    encoder_pins: dict[str, Any]  # the render and mask set-up (build.encoder_pins)
+    parquet_writer: dict[str, Any]  # the writer's options
+    file_name: str  # of the parquet, without its directory
+    stats: PackStats
+    rows_sha256: str
+    segments_sha256: str
+    row_digests: list[str] = field(default_factory=list)
+    skipped: tuple[BadConversation, ...] = ()  # in the order the packer met them
+    malformed: tuple[BadConversation, ...] = ()  # every malformed conversation the stream holds
+    parquet_sha256: str = ""
+    parquet_bytes: int = 0
+
+
+def build_manifest(record: BuildRecord) -> dict[str, Any]:
     """The manifest of a finished build: every pin, count and version, nothing of the moment it ran."""
+    config, inputs, packing, stats = record.config, record.inputs, record.packing, record.stats
+    skipped, encoder_pins = record.skipped, record.encoder_pins
     total = stats.tokens_kept
-    encoder_pins = encoder_pins or {}
     return {
         "format": FORMAT,
         "name": config.name,
         "output": {
-            "file": file_name,
-            "rows_sha256": rows_sha256,
-            "segments_sha256": segments_sha256,
-            "parquet_sha256": parquet_sha256,
-            "parquet_bytes": parquet_bytes,
+            "file": record.file_name,
+            "rows_sha256": record.rows_sha256,
+            "segments_sha256": record.segments_sha256,
+            "parquet_sha256": record.parquet_sha256,
+            "parquet_bytes": record.parquet_bytes,
             "rows": stats.rows_kept,
             "row_tokens": config.row_tokens,
             "padding_tokens": stats.padding_tokens,
@@ -76,7 +98,7 @@ def build_manifest(config: BuildConfig, inputs: ResolvedInputs, packing: Packing
             "template_kwargs": config.template_kwargs_dict,
             "separator": {"token": packing.separator, "id": packing.separator_id},
             "on_bad_conversation": config.on_bad_conversation,
-            "parquet_writer": parquet_writer,
+            "parquet_writer": record.parquet_writer,
             "rows": config.rows,
             "row_tokens": config.row_tokens,
             "chat_template": encoder_pins.get("chat_template"),
@@ -94,24 +116,23 @@ def build_manifest(config: BuildConfig, inputs: ResolvedInputs, packing: Packing
         },
         "counts": {
             "source_conversations": sum(len(source.selected) for source in inputs.sources),
-            "malformed_in_source": len(malformed),
+            "malformed_in_source": len(record.malformed),
             "conversations_read": stats.conversations_read,
-            "conversations_skipped": {kind: sum(1 for b in skipped if b.kind == kind)
-                                      for kind in ("malformed", "template_error", "mask_error")},
+            "conversations_skipped": {kind: sum(1 for b in skipped if b.kind == kind) for kind in SKIPPED_KINDS},
             "separators_inserted": stats.separators_inserted,
             "empty_renders": stats.empty_renders,
             "empty_assistant_turns": stats.empty_assistant_turns,
-            "rows_skipped": {"no_supervised_token": stats.rows_skipped_unsupervised},
+            "rows_skipped": {NO_SUPERVISED_TOKEN: stats.rows_skipped_unsupervised},
             **({} if packing.policy == "concat" else {"overlong_conversations": {
-                kind: stats.overlong[kind] for kind in ("dropped", "truncated")}}),
+                kind: stats.overlong[kind] for kind in OVERLONG_COUNTS.values()}}),
             "by_source": {source: {"conversations": stats.conversations_by_source[source],
                                    "tokens": stats.tokens_by_source[source]}
                           for source in sorted(stats.tokens_by_source)},
-            "sources": source_counts(config, inputs, stats, skipped, malformed),
+            "sources": source_counts(record),
         },
-        "skipped_conversations": [m.__dict__ for m in skipped],
+        "skipped_conversations": [bad.record() for bad in skipped],
         "versions": library_versions(),
-        "row_digests": row_digests,
+        "row_digests": record.row_digests,
         "continued_rows": stats.continued_rows,
     }
 
@@ -132,21 +153,22 @@ def source_pins(source) -> dict[str, Any]:
             "selected_sha256": selection_sha256(source.selected)}
 
 
-def source_counts(config: BuildConfig, inputs: ResolvedInputs, stats: PackStats, skipped: list[BadConversation],
-                  malformed: list[BadConversation]) -> list[dict[str, Any]]:
+def source_counts(record: BuildRecord) -> list[dict[str, Any]]:
     """counts.sources[i]: each source's share of every conversation count; they add up to the totals.
     The packer read the first conversations_read + len(skipped) stream positions."""
     from ..sources.mixture import read_by_source, source_of
 
+    config, inputs, stats, skipped, malformed = (record.config, record.inputs, record.stats, record.skipped,
+                                                 record.malformed)
     firsts, selections = inputs.selections
     streamed = read_by_source(firsts, selections, config.seed, stats.conversations_read + len(skipped))
     skipped_of, malformed_of = (source_of(firsts, [b.index for b in bad]).tolist() for bad in (skipped, malformed))
     counts = []
     for number, source in enumerate(inputs.sources):
         kinds = {kind: sum(1 for b, s in zip(skipped, skipped_of) if s == number and b.kind == kind)
-                 for kind in ("malformed", "template_error", "mask_error")}
+                 for kind in SKIPPED_KINDS}
         counts.append({"repo": source.spec.repo, "selected": len(source.selected),
-                       "malformed": malformed_of.count(number),
+                       MALFORMED: malformed_of.count(number),
                        "conversations_read": streamed[number] - sum(kinds.values()),
                        "conversations_skipped": kinds})
     return counts
@@ -170,84 +192,3 @@ def replace_durably(source: Path, target: Path) -> None:
         os.fsync(directory)
     finally:
         os.close(directory)
-
-
-def read_manifest(path: Path) -> dict[str, Any]:
-    from ..errors import BuildError
-
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise BuildError(f"{path}: cannot read manifest: {exc}") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise BuildError(f"{path}: not a {FORMAT} manifest")
-    _check_shape(manifest, path)
-    return manifest
-
-
-NUMBER = (int, float)
-# The type of every field a reader of the manifest uses (where present): a manifest edited by hand
-# is refused in one line naming the field, not met by a traceback deep in a view.
-SHAPE: dict[str, type | tuple] = {
-    "name": str, "output": dict, "build": dict, "inputs": dict, "counts": dict, "versions": dict,
-    "row_digests": list, "continued_rows": list, "skipped_conversations": list,
-    "output.rows": int, "output.row_tokens": int, "output.tokens": int, "output.padding_tokens": int,
-    "output.supervised_tokens": int, "output.supervised_token_ratio": NUMBER, "output.parquet_bytes": int,
-    "output.rows_sha256": str, "output.segments_sha256": str, "output.parquet_sha256": str, "output.file": str,
-    "build.template_kwargs": dict, "build.seed": int, "build.loss_mask": str,
-    "inputs.tokenizer": dict, "inputs.tokenizer.repo": str, "inputs.tokenizer.revision": str,
-    "inputs.tokenizer.sha256": dict, "inputs.sources": list, "counts.sources": list,
-    "counts.rows_skipped": dict, "counts.conversations_skipped": dict, "counts.by_source": dict,
-    "build.packing": dict, "build.packing.policy": str, "counts.overlong_conversations": dict,
-    "counts.conversations_read": int, "counts.source_conversations": int, "counts.separators_inserted": int,
-}
-# Each entry of a mapping's values or of a list: a type, or a mapping's typed fields.
-ITEMS: dict[str, type | dict[str, type | tuple]] = {
-    "counts.by_source": {"conversations": int, "tokens": int},
-    "inputs.sources": {"repo": str, "revision": str, "split": str, "origin": str, "files": list, "rows": int,
-                       "selected": int, "selected_sha256": str},
-    "counts.sources": {"repo": str, "selected": int, "malformed": int, "conversations_read": int,
-                       "conversations_skipped": dict},
-    "counts.rows_skipped": int, "counts.conversations_skipped": int, "counts.overlong_conversations": int,
-    "row_digests": str, "continued_rows": int, "versions": str,
-    "skipped_conversations": {"index": int, "file": str, "row": int, "id": str, "reason": str, "kind": str,
-                              "source": str},
-}
-
-
-def _check_shape(manifest: dict[str, Any], path: Path) -> None:
-    from ..errors import BuildError
-
-    def fail(field: str, value: Any, kind) -> BuildError:
-        names = "/".join(k.__name__ for k in kind) if isinstance(kind, tuple) else kind.__name__
-        return BuildError(f"{path}: manifest field {field} is {type(value).__name__} {value!r:.40}, expected {names}")
-
-    def good(value: Any, kind) -> bool:
-        return isinstance(value, kind) and not (isinstance(value, bool) and kind is not bool)
-
-    for field, kind in SHAPE.items():
-        value, present = manifest, True
-        for key in field.split("."):
-            present = isinstance(value, dict) and key in value
-            if not present:
-                break
-            value = value[key]
-        if present and not good(value, kind):
-            raise fail(field, value, kind)
-        if present and field in ITEMS:
-            fields = ITEMS[field]
-            for index, entry in enumerate(value.values() if isinstance(value, dict) else value):
-                if not isinstance(fields, dict):
-                    if not good(entry, fields):
-                        raise fail(f"{field}[{index}]", entry, fields)
-                    continue
-                if not isinstance(entry, dict):
-                    raise fail(f"{field}[{index}]", entry, dict)
-                for key, item_kind in fields.items():
-                    if key in entry and not good(entry[key], item_kind):
-                        raise fail(f"{field}[{index}].{key}", entry[key], item_kind)
-
-
-def manifest_beside(parquet: Path) -> dict | None:
-    path = manifest_path(parquet)
-    return read_manifest(path) if path.is_file() else None

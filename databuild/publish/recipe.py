@@ -19,7 +19,8 @@ from ruamel.yaml.error import YAMLError
 
 from ..errors import BuildError
 from ..publish.lock import exclusive
-from ..publish.manifest import read_manifest, replace_durably
+from ..publish.manifest import replace_durably
+from ..publish.manifest_read import read_manifest
 from ..publish.yaml_splice import splices
 
 

@@ -7,10 +7,9 @@ runs them in its first pass, before anything is rendered.
 
 from __future__ import annotations
 
-import bisect
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, NamedTuple
+from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -18,6 +17,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..errors import BuildError
+from .bad import MALFORMED, BadConversation, Problem, bad_conversation
 
 if TYPE_CHECKING:
     from .formats import Adapter
@@ -28,12 +28,6 @@ SOURCE_SCHEMA = pa.schema([("id", pa.string()),
                            ("messages", pa.list_(pa.struct([("content", pa.string()), ("role", pa.string())]))),
                            ("source", pa.string())])
 READ_BATCH_ROWS = 4096
-
-
-class Problem(NamedTuple):
-    """Why a conversation cannot be built: its kind (malformed, template_error, mask_error) and reason."""
-    kind: str
-    reason: str
 
 
 @dataclass(frozen=True)
@@ -63,35 +57,6 @@ class SourceFile:
     message_bytes: int  # the message columns' uncompressed size, from the parquet metadata
     source: str  # the config's repo of its source: names it in errors, stands in for a missing source column
     adapter: Adapter  # its source's format
-
-
-@dataclass(frozen=True)
-class BadConversation:
-    """A conversation the build cannot use, and why: `kind` is malformed (the up-front check), or
-    template_error / mask_error (found when the stream renders it)."""
-    index: int
-    file: str
-    row: int
-    id: str
-    reason: str
-    kind: str = "malformed"
-    source: str = ""  # the config's repo of its source
-
-    def message(self) -> str:
-        return f"{self.source}: {self.file}: row {self.row} (id {shown_id(self.id)}): {self.reason}"
-
-
-def shown_id(conversation_id: str, limit: int = 60) -> str:
-    """An id as a message quotes it: whole when short, else its start and its length (an id may be any size)."""
-    if len(conversation_id) <= limit:
-        return repr(conversation_id)
-    return f"{conversation_id[:limit]!r}... ({len(conversation_id):,} characters)"
-
-
-def bad_conversation(files: list[SourceFile], index: int, id: str, reason: str, kind: str) -> BadConversation:
-    """Source row `index`, named by its source, file and row within the file."""
-    file = files[bisect.bisect_right([f.first_index for f in files], index) - 1]
-    return BadConversation(index, file.name, index - file.first_index, id, reason, kind, file.source)
 
 
 def source_files(root: Path, split: str, adapter: Adapter, source: str, first: int = 0) -> list[SourceFile]:
@@ -228,5 +193,5 @@ def check_batch(file: SourceFile, offset: int, batch: pa.RecordBatch,
     """The batch's malformed rows (the batch starts at source row `offset`), in row order: those its
     format refused (`refused`, with the format's reason), then those the record's checks find."""
     bad = {**_malformed_rows(batch), **refused}
-    return [bad_conversation([file], offset + row, _text(batch.column("id"), row) or "", bad[row], "malformed")
-            for row in sorted(bad)]
+    return [bad_conversation([file], offset + row, _text(batch.column("id"), row) or "",
+                             Problem(MALFORMED, bad[row])) for row in sorted(bad)]

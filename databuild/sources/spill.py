@@ -25,8 +25,8 @@ import pyarrow.ipc  # noqa: F401  (pa.ipc)
 from tqdm import tqdm
 
 from ..errors import BuildError
-from ..sources.reader import (COLUMNS, BadConversation, Conversation, SourceFile, check_batch, iter_batches,
-                              with_valid_utf8)
+from ..sources.bad import BadConversation
+from ..sources.reader import COLUMNS, Conversation, SourceFile, check_batch, iter_batches, with_valid_utf8
 
 SPILL_THREADS = 2  # files decoded at once in a pass
 # Message bytes per token the first pass provides for: about twice what BPE tokenizers average

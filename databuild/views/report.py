@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 from ..views.charts import chart_grid
 from ..errors import BuildError
 from ..rowfile.hashes import check_row_group, read_row_group
-from ..publish.manifest import manifest_beside
+from ..publish.manifest_read import manifest_beside
 from ..inputs.tokenizer import tokenizer_dir
 from ..views.show import compose, decode_spans, id_texts, open_parquet, printable, read_rows, row_header, spans
 

@@ -1,0 +1,115 @@
+"""Conversations a build cannot use: what is wrong with one (`Problem`, carried by the conversation
+through the stream), the conversation it is, named by source, file, row and id (`BadConversation`),
+and the one place that applies the config's `on_bad_conversation` to them.
+
+A conversation is found bad up front (malformed, by the spill's check of every row) or where the
+stream renders it (refused by the template, or unmaskable); a conversation longer than a row is
+found by the packer, and refused in the same words.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, NamedTuple
+
+from ..errors import BuildError
+
+if TYPE_CHECKING:
+    from ..encode.encoder import TokenizedConversation
+    from .reader import Conversation, SourceFile
+
+
+# The kinds of problem. Those of SKIPPED_KINDS can be skipped (on_bad_conversation: skip) and are
+# counted by kind in the manifest (counts.conversations_skipped, in this order).
+MALFORMED = "malformed"  # the up-front check of every row refused it
+TEMPLATE_ERROR = "template_error"  # the chat template raised on it
+MASK_ERROR = "mask_error"  # the loss-mask strategy cannot place its targets
+SKIPPED_KINDS = (MALFORMED, TEMPLATE_ERROR, MASK_ERROR)
+OVERLONG = "overlong"  # longer than a row under overlong: error (the packer's setting, never skipped)
+
+
+class Problem(NamedTuple):
+    """Why a conversation cannot be built: its kind (one of the above) and reason."""
+    kind: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class BadConversation:
+    """A conversation the build cannot use: source row `index`, row `row` of file `file` of the source
+    `source` (the config's repo), and its problem."""
+    index: int
+    file: str
+    row: int
+    id: str
+    problem: Problem
+    source: str = ""
+
+    @property
+    def kind(self) -> str:
+        return self.problem.kind
+
+    def message(self) -> str:
+        return f"{self.source}: {self.file}: row {self.row} (id {shown_id(self.id)}): {self.problem.reason}"
+
+    def record(self) -> dict[str, Any]:
+        """As the manifest lists it (skipped_conversations)."""
+        return {"index": self.index, "file": self.file, "row": self.row, "id": self.id,
+                "reason": self.problem.reason, "kind": self.problem.kind, "source": self.source}
+
+
+def shown_id(conversation_id: str, limit: int = 60) -> str:
+    """An id as a message quotes it: whole when short, else its start and its length (an id may be any size)."""
+    if len(conversation_id) <= limit:
+        return repr(conversation_id)
+    return f"{conversation_id[:limit]!r}... ({len(conversation_id):,} characters)"
+
+
+def bad_conversation(files: list[SourceFile], index: int, id: str, problem: Problem) -> BadConversation:
+    """Source row `index`, named by its source, file and row within the file."""
+    file = files[bisect.bisect_right([f.first_index for f in files], index) - 1]
+    return BadConversation(index, file.name, index - file.first_index, id, problem, file.source)
+
+
+def refusal(bad: BadConversation, more: int = 0) -> BuildError:
+    """The one line that stops a build at `bad` (`more`: others found with it), naming the config key
+    that would let the build go on."""
+    others = f" (and {more} more)" if more else ""
+    if bad.kind == MALFORMED:
+        return BuildError(f"malformed conversation: {bad.message()}{others}; "
+                          "set on_bad_conversation: skip in the config to skip and count them")
+    if bad.kind == OVERLONG:
+        return BuildError(f"conversation longer than a row: {bad.message()}{others}; set overlong: drop or "
+                          "truncate in the config to drop or cut such conversations")
+    return BuildError(f"conversation cannot be built ({bad.kind}): {bad.message()}{others}; "
+                      "set on_bad_conversation: skip in the config to skip and count such conversations")
+
+
+def on_bad_conversation(policy: str, found: list[BadConversation]) -> list[BadConversation]:
+    """The config's policy, applied here only: under `skip`, `found` to be skipped and counted; under
+    `error`, the build stops at the first, naming it."""
+    if found and policy == "error":
+        raise refusal(found[0], len(found) - 1)
+    return found
+
+
+def marked(conversations: Iterable[Conversation], malformed: dict[int, BadConversation]) -> Iterator[Conversation]:
+    """The stream with each malformed conversation marked as such, so that it is skipped and counted
+    where the packer meets it, like any other it cannot build (the count then never depends on how
+    far the tokenizer ran ahead)."""
+    for conversation in conversations:
+        bad = malformed.get(conversation.index)
+        yield conversation if bad is None else replace(conversation, messages=(), problem=bad.problem)
+
+
+def buildable(tokenized: Iterable[TokenizedConversation], policy: str, files: list[SourceFile],
+              skipped: list[BadConversation]) -> Iterator[TokenizedConversation]:
+    """The stream without the conversations that cannot be built (malformed, refused by the template,
+    or unmaskable), each skipped into `skipped` or stopping the build, as `policy` says."""
+    for conversation in tokenized:
+        if conversation.problem is None:
+            yield conversation
+            continue
+        bad = bad_conversation(files, conversation.index, conversation.id, conversation.problem)
+        skipped += on_bad_conversation(policy, [bad])
