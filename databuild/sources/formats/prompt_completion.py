@@ -9,7 +9,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from .adapter import Adapter, flat_messages, is_string, message_list_problem, message_lists
 
