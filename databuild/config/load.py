@@ -1,0 +1,132 @@
+"""Loading one config YAML: the top-level keys, their bounds, and the packing keys."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from ruamel.yaml import YAML
+from ruamel.yaml.error import YAMLError
+
+from ..errors import BuildError
+from .checks import _fail, _reject_unknown, _take
+from .schema import BAD_CONVERSATION_POLICIES, BuildConfig
+from .sources import _sources, _tokenizer
+
+
+def _check_date(where: str, value) -> None:
+    if not re.match(r"^\d{4}-\d{2}-\d{2}$", str(value)):
+        raise _fail(where, "template_kwargs.current_date", value, "expected YYYY-MM-DD")
+    try:
+        dt.date.fromisoformat(str(value))
+    except ValueError:
+        raise _fail(where, "template_kwargs.current_date", value, "not a date of the calendar") from None
+
+
+TOP_KEYS = {"name", "description", "source", "sources", "tokenizer", "template_kwargs", "loss_mask", "seed",
+            "row_tokens", "rows", "separator", "on_bad_conversation", "chat_template_name", "end_of_turn",
+            "packing", "packing_window", "overlong", "pad_token"}
+# What the machine can index: row offsets are int32 (seq_start_id), token counts int64, and seeds an
+# int64 for every reader of the manifest and the recipe.
+BOUNDS = {"row_tokens": 2**31 - 1, "rows": 2**63 - 1, "seed": 2**63 - 1}
+
+
+def _end_of_turn(raw: dict, where: str) -> tuple[str, ...]:
+    value = raw.get("end_of_turn", [])
+    tokens = [value] if isinstance(value, str) else value
+    if not isinstance(tokens, list) or not all(isinstance(t, str) and t for t in tokens):
+        raise _fail(where, "end_of_turn", value, "expected a token, or a list of tokens")
+    return tuple(tokens)
+
+
+PADDING_KEYS = ("packing_window", "overlong", "pad_token")  # meaningful only for a policy that pads
+
+
+def packing_keys(raw: dict, where: str) -> dict[str, Any]:
+    from ..pack.policy import DEFAULT_PACKING_WINDOW, DEFAULT_POLICY, OVERLONG_POLICIES, POLICIES
+
+    policy = _take(raw, "packing", str, where, DEFAULT_POLICY)
+    if policy not in POLICIES:
+        raise _fail(where, "packing", policy, f"known policies: {', '.join(sorted(POLICIES))}")
+    if policy == "concat":
+        for key in PADDING_KEYS:
+            if key in raw:
+                raise _fail(where, key, raw[key], "applies to a policy that pads (packing: bfd), not to concat")
+        return {"packing": policy}
+    window = _take(raw, "packing_window", int, where, DEFAULT_PACKING_WINDOW)
+    if window <= 0:
+        raise _fail(where, "packing_window", window, "must be positive")
+    overlong = _take(raw, "overlong", str, where, "drop")
+    if overlong not in OVERLONG_POLICIES:
+        raise _fail(where, "overlong", overlong, f"expected one of {', '.join(OVERLONG_POLICIES)}")
+    pad_token = _take(raw, "pad_token", str, where, None)
+    if pad_token == "":
+        raise _fail(where, "pad_token", "", "name a token, or leave the key out for the tokenizer's pad token")
+    return {"packing": policy, "packing_window": window, "overlong": overlong, "pad_token": pad_token}
+
+
+def load_config(path: str | os.PathLike) -> BuildConfig:
+    """Read and validate one config YAML."""
+    from ..encode.masks import STRATEGIES
+
+    path = Path(path)
+    where = str(path)
+    try:
+        raw = YAML(typ="safe", pure=True).load(path.read_text(encoding="utf-8"))
+    except (OSError, YAMLError, UnicodeDecodeError) as exc:
+        raise BuildError(f"{where}: cannot read config: {exc}") from None
+    if not isinstance(raw, dict):
+        raise BuildError(f"{where}: expected a mapping at the top level")
+    _reject_unknown(raw, TOP_KEYS, where)
+    base = path.parent
+    kwargs = _take(raw, "template_kwargs", dict, where, {})
+    if isinstance(kwargs.get("current_date"), dt.date):  # YAML reads an unquoted 2026-10-01 as a date
+        raise _fail(where, "template_kwargs.current_date", kwargs["current_date"].isoformat(),
+                    "quote it, as a string: \"YYYY-MM-DD\"")
+    for key, value in kwargs.items():
+        if not isinstance(value, (str, int, float, bool)):
+            raise _fail(where, f"template_kwargs.{key}", value, "expected a scalar")
+        if key in ("messages", "tools", "documents", "add_generation_prompt"):
+            raise _fail(where, f"template_kwargs.{key}", value, "apply_chat_template sets this variable itself")
+    if "current_date" in kwargs:
+        _check_date(where, kwargs["current_date"])
+    loss_mask = _take(raw, "loss_mask", str, where)
+    if loss_mask not in STRATEGIES:
+        raise _fail(where, "loss_mask", loss_mask, f"known strategies: {', '.join(sorted(STRATEGIES))}")
+    policy = _take(raw, "on_bad_conversation", str, where, "error")
+    if policy not in BAD_CONVERSATION_POLICIES:
+        raise _fail(where, "on_bad_conversation", policy, "expected 'error' or 'skip'")
+    config = BuildConfig(
+        name=_take(raw, "name", str, where),
+        sources=_sources(raw, where, base),
+        tokenizer=_tokenizer(raw.get("tokenizer"), where, base),
+        template_kwargs=tuple(sorted((str(k), v) for k, v in kwargs.items())),
+        loss_mask=loss_mask,
+        seed=_take(raw, "seed", int, where),
+        row_tokens=_take(raw, "row_tokens", int, where),
+        rows=_take(raw, "rows", int, where),
+        separator=_take(raw, "separator", str, where, None),
+        on_bad_conversation=policy,
+        **packing_keys(raw, where),
+        path=path.resolve(),
+        chat_template_name=_take(raw, "chat_template_name", str, where, None),
+        end_of_turn=_end_of_turn(raw, where),
+    )
+    if not re.match(r"^[A-Za-z0-9._-]+$", config.name):
+        raise _fail(where, "name", config.name, "use letters, digits, '.', '_' and '-' only")
+    for key in ("row_tokens", "rows"):
+        if getattr(config, key) <= 0:
+            raise _fail(where, key, getattr(config, key), "must be positive")
+    if config.seed < 0:
+        raise _fail(where, "seed", config.seed, "must be non-negative")
+    for key, bound in BOUNDS.items():
+        if getattr(config, key) > bound:
+            raise _fail(where, key, getattr(config, key), f"must be at most {bound}")
+    if config.rows * config.row_tokens > BOUNDS["rows"]:
+        raise _fail(where, "rows", config.rows, f"rows x row_tokens must be at most {BOUNDS['rows']}")
+    if config.separator == "":
+        raise _fail(where, "separator", "", "name a token, or leave the key out for the tokenizer's EOS")
+    return config

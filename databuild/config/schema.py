@@ -1,0 +1,84 @@
+"""The config's schema: frozen dataclasses for a build, its sources and its tokenizer.
+
+`load.py` fills them from YAML and validates every key; `databuild init` writes YAML that loads into
+the same classes, so there is one schema for what is written and what is checked.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from ..errors import BuildError
+
+COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
+SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+BAD_CONVERSATION_POLICIES = ("error", "skip")
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    repo: str
+    revision: str
+    split: str = "train"
+    dir: Path | None = None  # a local copy laid out like the hub repo, used in place of the hub
+    take: int | float | None = None  # a count of rows, or a fraction (0, 1] of the source; None: every row
+    format: str = "messages"  # a name in sources.formats.FORMATS, or "columns" (a column mapping)
+    columns: tuple[tuple[str, str], ...] = ()  # format "columns": (key, column or field name), sorted
+    key: str = field(default="source", compare=False)  # where the config holds it: source, or sources[i]
+
+    @property
+    def format_config(self) -> str | dict[str, str]:
+        """The format as the config spells it: a name, or the column mapping."""
+        return dict(self.columns) if self.format == "columns" else self.format
+
+
+@dataclass(frozen=True)
+class TokenizerSpec:
+    repo: str
+    revision: str
+    sha256: tuple[tuple[str, str], ...]  # (file name, hex digest), sorted by file name
+    dir: Path | None = None
+
+
+@dataclass(frozen=True)
+class BuildConfig:
+    name: str
+    sources: tuple[SourceSpec, ...]  # `source:` is a list of one
+    tokenizer: TokenizerSpec
+    loss_mask: str
+    seed: int
+    row_tokens: int
+    rows: int
+    template_kwargs: tuple[tuple[str, Any], ...] = ()
+    separator: str | None = None  # a token string; None means the tokenizer's EOS token
+    on_bad_conversation: str = "error"
+    packing: str = "concat"  # a policy of databuild/pack/policy.py's POLICIES
+    packing_window: int | None = None  # bfd: conversations packed together (None under concat)
+    overlong: str | None = None  # bfd: what a conversation longer than a row gets
+    pad_token: str | None = None  # bfd: a token string; None means the tokenizer's pad token, else the separator
+    path: Path | None = field(default=None, compare=False)
+    chat_template_name: str | None = None  # one of the tokenizer's named templates; None: transformers' choice
+    end_of_turn: tuple[str, ...] = ()  # special tokens closing an assistant turn, besides EOS
+
+    @property
+    def template_kwargs_dict(self) -> dict[str, Any]:
+        return dict(self.template_kwargs)
+
+    @property
+    def tokenizer_sha256(self) -> dict[str, str]:
+        return dict(self.tokenizer.sha256)
+
+    def with_overrides(self, **changes: Any) -> BuildConfig:
+        """A copy with source/tokenizer directories replaced (the CLI's air-gapped overrides)."""
+        sources, tokenizer = self.sources, self.tokenizer
+        if changes.get("dataset_dir") is not None:
+            if len(sources) > 1:
+                raise BuildError(f"{self.path}: --dataset-dir replaces the one source of a config, and this one "
+                                 f"lists {len(sources)}: set each one's 'dir' in the config instead")
+            sources = (replace(sources[0], dir=Path(changes["dataset_dir"]).resolve()),)
+        if changes.get("tokenizer_dir") is not None:
+            tokenizer = replace(tokenizer, dir=Path(changes["tokenizer_dir"]).resolve())
+        return replace(self, sources=sources, tokenizer=tokenizer)
