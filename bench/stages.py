@@ -55,7 +55,7 @@ def main(argv=None) -> None:
         from databuild.config import load_config, packing_keys
         from databuild.encode.encoder import Encoder
         from databuild.rowfile.hashes import RowsHasher
-        from databuild.inputs.hub import resolve_inputs
+        from databuild.inputs.resolve import resolve_inputs
         from databuild.pack.policy import POLICIES, pack, packing_for
         from databuild.pack.rows import PackStats
         from databuild.sources.mixture import stream_positions

@@ -26,8 +26,9 @@ from .config import BuildConfig
 from .encode.encoder import Encoder
 from .executors import encode_stream_on
 from .errors import BuildError
-from .rowfile.hashes import RowsHasher, SegmentsHasher, file_sha256
-from .inputs.hub import ResolvedInputs, check_unchanged, resolve_inputs
+from .rowfile.hashes import RowsHasher, SegmentsHasher
+from .inputs.pins import check_unchanged, file_sha256
+from .inputs.resolve import ResolvedInputs, resolve_inputs
 from .publish.current import stale_reason
 from .publish.lock import exclusive
 from .publish.manifest import BuildRecord, build_manifest, manifest_path, write_manifest

@@ -149,7 +149,7 @@ def fetch(name):
       HF_HOME=/shared/hf databuild fetch muse-spark-tulu3-fixed8192-v1
     """
     from .config import resolve_config
-    from .inputs.hub import fetch as run_fetch
+    from .inputs.resolve import fetch as run_fetch
 
     resolved = run_fetch(resolve_config(name))
     for source in resolved.sources:

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from .errors import BuildError
-from .rowfile.hashes import ParquetSummary, RowFormatError, UnreadableError, file_sha256, hash_parquet
+from .inputs.pins import file_sha256
+from .rowfile.hashes import ParquetSummary, RowFormatError, UnreadableError, hash_parquet
 from .publish.manifest import library_versions, manifest_path
 from .publish.manifest_read import read_manifest
 from .rowfile.write import partials

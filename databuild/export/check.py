@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 
 from ..errors import BuildError
 from ..publish.manifest import manifest_path
-from ..rowfile.hashes import file_sha256
+from ..inputs.pins import file_sha256
 from ..rowfile.write import partial_path
 from ..verify import Report, row_differences
 from .content import ContentHasher

@@ -20,7 +20,8 @@ import pyarrow.parquet as pq
 
 from ..errors import BuildError
 from ..publish.manifest import library_versions, manifest_path, replace_durably, write_manifest
-from ..rowfile.hashes import ParquetSummary, file_sha256
+from ..inputs.pins import file_sha256
+from ..rowfile.hashes import ParquetSummary
 from ..rowfile.write import WRITER_OPTIONS, partial_path
 from .content import ContentHasher
 from .rows import RowBlock, read_blocks

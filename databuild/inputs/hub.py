@@ -1,75 +1,15 @@
-"""Pinned inputs: the source datasets and the tokenizer, from local copies or the Hugging Face hub.
-
-Hub inputs go through huggingface_hub and its standard cache (HF_HOME / HF_HUB_CACHE, HF_TOKEN,
-HF_HUB_OFFLINE), always at a 40-hex commit. Every file is checked before a row is built: the
-tokenizer files against the config's sha256 pins, cached hub files against the content hash the
-cache names their blob by, and the source's shard set against its `-of-NNNNN` count.
-"""
+"""The Hugging Face hub and its cache: snapshots at a 40-hex commit through huggingface_hub's standard
+cache (HF_HOME / HF_HUB_CACHE, HF_TOKEN, HF_HUB_OFFLINE), cached files checked against the content
+hash their blob is named by, and `fetch`'s check that the whole commit is cached."""
 
 from __future__ import annotations
 
 import fnmatch
 import hashlib
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
-from ..config import BuildConfig, SourceSpec
 from ..errors import BuildError, first_line
-from ..rowfile.hashes import file_sha256
-from ..sources.formats import adapter_for
-from ..sources.mixture import take_count, take_rows
-from ..sources.reader import SourceFile, source_files
-
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja",
-                   "special_tokens_map.json", "added_tokens.json", "tokenizer.model")
-# Named chat templates: transformers loads additional_chat_templates/NAME.jinja as the template NAME.
-NAMED_TEMPLATES = "additional_chat_templates/*.jinja"
-TOKENIZER_PATTERNS = (*TOKENIZER_FILES, NAMED_TEMPLATES)  # what is fetched of a tokenizer repo
-
-
-def tokenizer_files(directory: Path) -> list[str]:
-    """The tokenizer files in `directory`, named as the manifest names them: those of TOKENIZER_FILES
-    present, in that order, then the named templates in sorted order."""
-    present = [name for name in TOKENIZER_FILES if (directory / name).exists()]
-    return present + sorted(path.relative_to(directory).as_posix() for path in directory.glob(NAMED_TEMPLATES))
-
-
-@dataclass(frozen=True)
-class ResolvedSource:
-    spec: SourceSpec
-    root: Path
-    files: tuple[SourceFile, ...]
-    hashes: tuple[tuple[str, int, str], ...]  # (path, bytes, sha256) per file
-    origin: str  # "hub" or "local"
-    selected: np.ndarray = field(compare=False)  # the rows its take selects (sources.mixture.take_rows)
-
-    @property
-    def rows(self) -> int:
-        return sum(f.rows for f in self.files)
-
-    @property
-    def first_index(self) -> int:
-        return self.files[0].first_index
-
-
-@dataclass(frozen=True)
-class ResolvedInputs:
-    sources: tuple[ResolvedSource, ...]  # in config order
-    tokenizer_dir: Path
-    tokenizer_hashes: tuple[tuple[str, str], ...]  # (file, sha256) for every tokenizer file present
-
-    @property
-    def source_files(self) -> tuple[SourceFile, ...]:
-        """Every file of every source, in config order: their rows are numbered across all of them."""
-        return tuple(f for source in self.sources for f in source.files)
-
-    @property
-    def selections(self) -> tuple[list[int], list[np.ndarray]]:
-        """(first row, selected rows) of each source, as sources.mixture takes them."""
-        return [s.first_index for s in self.sources], [s.selected for s in self.sources]
 
 
 def offline_mode(flag: bool) -> bool:
@@ -78,8 +18,8 @@ def offline_mode(flag: bool) -> bool:
     return flag or bool(constants.HF_HUB_OFFLINE)
 
 
-def _fetch_hint(config: BuildConfig) -> str:
-    return f"run 'databuild fetch {config.name}' where the hub is reachable"
+def fetch_hint(name: str) -> str:
+    return f"run 'databuild fetch {name}' where the hub is reachable"
 
 
 NETWORK_HINT = "check the network, HF_ENDPOINT and any proxy settings"
@@ -151,124 +91,7 @@ def check_cached_blob(path: Path, snapshot: Path, where: str, sha256: str) -> No
                          "delete it and fetch again")
 
 
-def _check_shards(files: list[SourceFile], split: str, where: str) -> None:
-    """A sharded split is its shards, all of them, and nothing else (no stray copy joins the build)."""
-    pattern = re.compile(rf"data/{re.escape(split)}-(\d{{5}})-of-(\d{{5}})\.parquet")
-    matches = [pattern.fullmatch(f.name) for f in files]
-    if not any(matches):
-        return  # unsharded: every data/{split}-*.parquet, each listed with its hash in the manifest
-    stray = [f.name for f, match in zip(files, matches) if match is None]
-    if stray:
-        raise BuildError(f"{where}: {stray[0]} is not a shard of the split (data/{split}-NNNNN-of-NNNNN.parquet); "
-                         "remove it")
-    counts = sorted({match.group(2) for match in matches})
-    if len(counts) > 1:
-        raise BuildError(f"{where}: shards disagree on their count ({', '.join(counts)})")
-    total = int(counts[0])
-    missing = sorted(set(range(total)) - {int(match.group(1)) for match in matches})
-    if missing:
-        raise BuildError(f"{where}: missing shard data/{split}-{missing[0]:05d}-of-{total:05d}.parquet "
-                         f"({len(missing)} of {total} missing)")
-
-
-def _source_root(config: BuildConfig, spec: SourceSpec, offline: bool) -> tuple[Path, str]:
-    if spec.dir is not None:
-        if not spec.dir.is_dir():
-            raise BuildError(f"source dir {spec.dir} does not exist")
-        return spec.dir, "local"
-    root = hub_snapshot(spec.repo, spec.revision, "dataset", [f"data/{spec.split}-*.parquet"], offline,
-                        _fetch_hint(config))
-    return root, "hub"
-
-
-def _resolve_tokenizer(config: BuildConfig, offline: bool) -> Path:
-    spec = config.tokenizer
-    if spec.dir is not None:
-        if not spec.dir.is_dir():
-            raise BuildError(f"tokenizer dir {spec.dir} does not exist")
-        return spec.dir
-    return hub_snapshot(spec.repo, spec.revision, "model", list(TOKENIZER_PATTERNS), offline, _fetch_hint(config))
-
-
-def resolve_inputs(config: BuildConfig, offline: bool = False) -> ResolvedInputs:
-    """Locate, and check, every input of a build; nothing is tokenized before this returns."""
-    offline = offline_mode(offline)
-    tokenizer_dir = _resolve_tokenizer(config, offline)
-    where = f"tokenizer {config.tokenizer.repo}@{config.tokenizer.revision}"
-    tokenizer_hashes = [(name, file_sha256(tokenizer_dir / name)[0]) for name in tokenizer_files(tokenizer_dir)]
-    found = dict(tokenizer_hashes)
-    for name, expected in config.tokenizer.sha256:
-        if name not in found:
-            raise BuildError(f"{where}: missing file {name} in {tokenizer_dir}; {_fetch_hint(config)}")
-        if found[name] != expected:
-            raise BuildError(f"{where}: {name} sha256 is {found[name]}, the config pins {expected}")
-    if config.tokenizer.dir is None:
-        for name, digest in tokenizer_hashes:
-            check_cached_blob(tokenizer_dir / name, tokenizer_dir, f"{where}: {name}", digest)
-
-    sources, first = [], 0
-    for spec in config.sources:
-        sources.append(_resolve_source(config, spec, first, offline))
-        first += sources[-1].rows
-    return ResolvedInputs(tuple(sources), tokenizer_dir, tuple(tokenizer_hashes))
-
-
-def _resolve_source(config: BuildConfig, spec: SourceSpec, first: int, offline: bool) -> ResolvedSource:
-    """One source: located, its files listed and hashed from row number `first` on, its take selected."""
-    root, origin = _source_root(config, spec, offline)
-    where = f"dataset {spec.repo}@{spec.revision}"
-    try:
-        files = source_files(root, spec.split, adapter_for(spec), spec.repo, first)
-    except BuildError as exc:
-        raise BuildError(f"{where}: {exc}; {_fetch_hint(config)}" if origin == "hub" else f"{where}: {exc}") from None
-    _check_shards(files, spec.split, where)
-    hashes = []
-    for file, (digest, size) in zip(files, hash_files([f.path for f in files], "hashing the source")):
-        if origin == "hub":
-            check_cached_blob(file.path, root, f"{where}: {file.name}", digest)
-        hashes.append((file.name, size, digest))
-    rows = sum(f.rows for f in files)
-    selected = take_rows(rows, take_count(spec.take, rows, f"{config.path}: {spec.key}"), config.seed)
-    return ResolvedSource(spec, root, tuple(files), tuple(hashes), origin, selected)
-
-
-def hash_files(paths: list[Path], desc: str) -> list[tuple[str, int]]:
-    """(sha256, bytes) of each file, with a progress bar over their bytes (on a terminal only)."""
-    from tqdm import tqdm
-
-    with tqdm(total=sum(p.stat().st_size for p in paths), desc=desc, unit="B", unit_scale=True,
-              disable=None, leave=False) as bar:
-        return [file_sha256(path, bar.update) for path in paths]
-
-
-def check_unchanged(inputs: ResolvedInputs) -> None:
-    """The source files hash as they did when the build began: a file changed, replaced or deleted
-    while the build read it is refused, so no build publishes rows of two versions of its input."""
-    for file in inputs.source_files:
-        if not file.path.is_file():
-            raise BuildError(f"{file.name}: the source file was deleted while the build read it; nothing published")
-    now = hash_files([f.path for f in inputs.source_files], "re-hashing the source")
-    pinned = [digest for source in inputs.sources for _, _, digest in source.hashes]
-    for file, digest, (found, _) in zip(inputs.source_files, pinned, now):
-        if found != digest:
-            raise BuildError(f"{file.name}: the source file changed while the build read it (sha256 {digest} when "
-                             f"it began, {found} now); nothing published, run make again")
-
-
-def fetch(config: BuildConfig) -> ResolvedInputs:
-    """Download exactly the pinned files into the hub cache, then check them as a build would."""
-    if offline_mode(False):
-        raise BuildError("fetch downloads from the hub, and HF_HUB_OFFLINE is set: unset it, or build from "
-                         f"what is cached with 'databuild make {config.name} --offline'")
-    for spec in config.sources:
-        if spec.dir is None:
-            _fetch_all(spec.repo, spec.revision, "dataset", [f"data/{spec.split}-*.parquet"])
-    if config.tokenizer.dir is None:
-        _fetch_all(config.tokenizer.repo, config.tokenizer.revision, "model", list(TOKENIZER_PATTERNS))
-    return resolve_inputs(config, offline=True)
-
-
-def _fetch_all(repo: str, revision: str, repo_type: str, patterns: list[str]) -> None:
+def fetch_all(repo: str, revision: str, repo_type: str, patterns: list[str]) -> None:
     """snapshot_download, then every file of the commit that the patterns select must be in the
     snapshot: with the hub unreachable, snapshot_download hands back whatever is cached, and a fetch
     that reported success over a partial cache would leave the offline build to find out."""

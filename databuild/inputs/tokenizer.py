@@ -11,11 +11,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import BuildError
-from ..rowfile.hashes import file_sha256
+from .pins import file_sha256
 
 
 def _hub_cache(repo: str, revision: str) -> Path | None:
-    from ..inputs.hub import TOKENIZER_PATTERNS, hub_snapshot
+    from .hub import hub_snapshot
+    from .pins import TOKENIZER_PATTERNS
 
     try:
         path = hub_snapshot(repo, revision, "model", list(TOKENIZER_PATTERNS), True, "")

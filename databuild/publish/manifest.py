@@ -21,7 +21,7 @@ from ..sources.bad import MALFORMED, SKIPPED_KINDS
 
 if TYPE_CHECKING:
     from ..config import BuildConfig
-    from ..inputs.hub import ResolvedInputs
+    from ..inputs.resolve import ResolvedInputs
     from ..pack.policy import Packing
     from ..pack.rows import PackStats
     from ..sources.bad import BadConversation

@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
 
 import numpy as np
 import pyarrow as pa
@@ -20,9 +19,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..errors import BuildError
-
-FILE_CHUNK = 1 << 20
-
+from ..inputs.pins import file_sha256
 
 ROW_DIGEST_HEX = 16
 
@@ -74,18 +71,6 @@ class RowsHasher:
 
     def hexdigest(self) -> str:
         return self._sha.hexdigest()
-
-
-def file_sha256(path: Path, progress: Callable[[int], Any] | None = None) -> tuple[str, int]:
-    """(hex digest, size in bytes), streaming; `progress` is given the size of each chunk read."""
-    sha, size = hashlib.sha256(), 0
-    with open(path, "rb") as handle:
-        while chunk := handle.read(FILE_CHUNK):
-            sha.update(chunk)
-            size += len(chunk)
-            if progress is not None:
-                progress(len(chunk))
-    return sha.hexdigest(), size
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,96 @@
+"""The pins of a build's inputs and their checks: file hashes, the tokenizer files a build pins and
+their sha256 against the config, a sharded split's completeness, and the source unchanged at the end."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+from typing import Any, Callable
+
+from ..errors import BuildError
+from ..sources.reader import SourceFile
+
+FILE_CHUNK = 1 << 20
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja",
+                   "special_tokens_map.json", "added_tokens.json", "tokenizer.model")
+# Named chat templates: transformers loads additional_chat_templates/NAME.jinja as the template NAME.
+NAMED_TEMPLATES = "additional_chat_templates/*.jinja"
+TOKENIZER_PATTERNS = (*TOKENIZER_FILES, NAMED_TEMPLATES)  # what is fetched of a tokenizer repo
+
+
+def tokenizer_files(directory: Path) -> list[str]:
+    """The tokenizer files in `directory`, named as the manifest names them: those of TOKENIZER_FILES
+    present, in that order, then the named templates in sorted order."""
+    present = [name for name in TOKENIZER_FILES if (directory / name).exists()]
+    return present + sorted(path.relative_to(directory).as_posix() for path in directory.glob(NAMED_TEMPLATES))
+
+
+def file_sha256(path: Path, progress: Callable[[int], Any] | None = None) -> tuple[str, int]:
+    """(hex digest, size in bytes), streaming; `progress` is given the size of each chunk read."""
+    sha, size = hashlib.sha256(), 0
+    with open(path, "rb") as handle:
+        while chunk := handle.read(FILE_CHUNK):
+            sha.update(chunk)
+            size += len(chunk)
+            if progress is not None:
+                progress(len(chunk))
+    return sha.hexdigest(), size
+
+
+def hash_files(paths: list[Path], desc: str) -> list[tuple[str, int]]:
+    """(sha256, bytes) of each file, with a progress bar over their bytes (on a terminal only)."""
+    from tqdm import tqdm
+
+    with tqdm(total=sum(p.stat().st_size for p in paths), desc=desc, unit="B", unit_scale=True,
+              disable=None, leave=False) as bar:
+        return [file_sha256(path, bar.update) for path in paths]
+
+
+def check_tokenizer_pins(directory: Path, pins: tuple[tuple[str, str], ...], where: str,
+                         hint: str) -> list[tuple[str, str]]:
+    """(file, sha256) of every tokenizer file in `directory`; each pinned file must be there and hash
+    to its pin."""
+    hashes = [(name, file_sha256(directory / name)[0]) for name in tokenizer_files(directory)]
+    found = dict(hashes)
+    for name, expected in pins:
+        if name not in found:
+            raise BuildError(f"{where}: missing file {name} in {directory}; {hint}")
+        if found[name] != expected:
+            raise BuildError(f"{where}: {name} sha256 is {found[name]}, the config pins {expected}")
+    return hashes
+
+
+def check_shards(files: list[SourceFile], split: str, where: str) -> None:
+    """A sharded split is its shards, all of them, and nothing else (no stray copy joins the build)."""
+    pattern = re.compile(rf"data/{re.escape(split)}-(\d{{5}})-of-(\d{{5}})\.parquet")
+    matches = [pattern.fullmatch(f.name) for f in files]
+    if not any(matches):
+        return  # unsharded: every data/{split}-*.parquet, each listed with its hash in the manifest
+    stray = [f.name for f, match in zip(files, matches) if match is None]
+    if stray:
+        raise BuildError(f"{where}: {stray[0]} is not a shard of the split (data/{split}-NNNNN-of-NNNNN.parquet); "
+                         "remove it")
+    counts = sorted({match.group(2) for match in matches})
+    if len(counts) > 1:
+        raise BuildError(f"{where}: shards disagree on their count ({', '.join(counts)})")
+    total = int(counts[0])
+    missing = sorted(set(range(total)) - {int(match.group(1)) for match in matches})
+    if missing:
+        raise BuildError(f"{where}: missing shard data/{split}-{missing[0]:05d}-of-{total:05d}.parquet "
+                         f"({len(missing)} of {total} missing)")
+
+
+def check_unchanged(inputs) -> None:
+    """The source files hash as they did when the build began: a file changed, replaced or deleted
+    while the build read it is refused, so no build publishes rows of two versions of its input."""
+    for file in inputs.source_files:
+        if not file.path.is_file():
+            raise BuildError(f"{file.name}: the source file was deleted while the build read it; nothing published")
+    now = hash_files([f.path for f in inputs.source_files], "re-hashing the source")
+    pinned = [digest for source in inputs.sources for _, _, digest in source.hashes]
+    for file, digest, (found, _) in zip(inputs.source_files, pinned, now):
+        if found != digest:
+            raise BuildError(f"{file.name}: the source file changed while the build read it (sha256 {digest} when "
+                             f"it began, {found} now); nothing published, run make again")

@@ -1,0 +1,117 @@
+"""Resolving a config's inputs: each source and the tokenizer located (hub cache or local folder),
+listed, hashed and checked against its pins before a row is built; and `fetch` for an offline build."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..config import BuildConfig, SourceSpec
+from ..errors import BuildError
+from ..sources.formats import adapter_for
+from ..sources.mixture import take_count, take_rows
+from ..sources.reader import SourceFile, source_files
+from .hub import check_cached_blob, fetch_all, fetch_hint, hub_snapshot, offline_mode
+from .local import local_dir
+from .pins import TOKENIZER_PATTERNS, check_shards, check_tokenizer_pins, hash_files
+
+
+@dataclass(frozen=True)
+class ResolvedSource:
+    spec: SourceSpec
+    root: Path
+    files: tuple[SourceFile, ...]
+    hashes: tuple[tuple[str, int, str], ...]  # (path, bytes, sha256) per file
+    origin: str  # "hub" or "local"
+    selected: np.ndarray = field(compare=False)  # the rows its take selects (sources.mixture.take_rows)
+
+    @property
+    def rows(self) -> int:
+        return sum(f.rows for f in self.files)
+
+    @property
+    def first_index(self) -> int:
+        return self.files[0].first_index
+
+
+@dataclass(frozen=True)
+class ResolvedInputs:
+    sources: tuple[ResolvedSource, ...]  # in config order
+    tokenizer_dir: Path
+    tokenizer_hashes: tuple[tuple[str, str], ...]  # (file, sha256) for every tokenizer file present
+
+    @property
+    def source_files(self) -> tuple[SourceFile, ...]:
+        """Every file of every source, in config order: their rows are numbered across all of them."""
+        return tuple(f for source in self.sources for f in source.files)
+
+    @property
+    def selections(self) -> tuple[list[int], list[np.ndarray]]:
+        """(first row, selected rows) of each source, as sources.mixture takes them."""
+        return [s.first_index for s in self.sources], [s.selected for s in self.sources]
+
+
+def _source_root(config: BuildConfig, spec: SourceSpec, offline: bool) -> tuple[Path, str]:
+    if spec.dir is not None:
+        return local_dir(spec.dir, "source"), "local"
+    root = hub_snapshot(spec.repo, spec.revision, "dataset", [f"data/{spec.split}-*.parquet"], offline,
+                        fetch_hint(config.name))
+    return root, "hub"
+
+
+def _resolve_tokenizer(config: BuildConfig, offline: bool) -> Path:
+    spec = config.tokenizer
+    if spec.dir is not None:
+        return local_dir(spec.dir, "tokenizer")
+    return hub_snapshot(spec.repo, spec.revision, "model", list(TOKENIZER_PATTERNS), offline, fetch_hint(config.name))
+
+
+def resolve_inputs(config: BuildConfig, offline: bool = False) -> ResolvedInputs:
+    """Locate, and check, every input of a build; nothing is tokenized before this returns."""
+    offline = offline_mode(offline)
+    tokenizer_dir = _resolve_tokenizer(config, offline)
+    where = f"tokenizer {config.tokenizer.repo}@{config.tokenizer.revision}"
+    tokenizer_hashes = check_tokenizer_pins(tokenizer_dir, config.tokenizer.sha256, where, fetch_hint(config.name))
+    if config.tokenizer.dir is None:
+        for name, digest in tokenizer_hashes:
+            check_cached_blob(tokenizer_dir / name, tokenizer_dir, f"{where}: {name}", digest)
+
+    sources, first = [], 0
+    for spec in config.sources:
+        sources.append(_resolve_source(config, spec, first, offline))
+        first += sources[-1].rows
+    return ResolvedInputs(tuple(sources), tokenizer_dir, tuple(tokenizer_hashes))
+
+
+def _resolve_source(config: BuildConfig, spec: SourceSpec, first: int, offline: bool) -> ResolvedSource:
+    """One source: located, its files listed and hashed from row number `first` on, its take selected."""
+    root, origin = _source_root(config, spec, offline)
+    where = f"dataset {spec.repo}@{spec.revision}"
+    try:
+        files = source_files(root, spec.split, adapter_for(spec), spec.repo, first)
+    except BuildError as exc:
+        raise BuildError(f"{where}: {exc}; {fetch_hint(config.name)}" if origin == "hub" else f"{where}: {exc}") from None
+    check_shards(files, spec.split, where)
+    hashes = []
+    for file, (digest, size) in zip(files, hash_files([f.path for f in files], "hashing the source")):
+        if origin == "hub":
+            check_cached_blob(file.path, root, f"{where}: {file.name}", digest)
+        hashes.append((file.name, size, digest))
+    rows = sum(f.rows for f in files)
+    selected = take_rows(rows, take_count(spec.take, rows, f"{config.path}: {spec.key}"), config.seed)
+    return ResolvedSource(spec, root, tuple(files), tuple(hashes), origin, selected)
+
+
+def fetch(config: BuildConfig) -> ResolvedInputs:
+    """Download exactly the pinned files into the hub cache, then check them as a build would."""
+    if offline_mode(False):
+        raise BuildError("fetch downloads from the hub, and HF_HUB_OFFLINE is set: unset it, or build from "
+                         f"what is cached with 'databuild make {config.name} --offline'")
+    for spec in config.sources:
+        if spec.dir is None:
+            fetch_all(spec.repo, spec.revision, "dataset", [f"data/{spec.split}-*.parquet"])
+    if config.tokenizer.dir is None:
+        fetch_all(config.tokenizer.repo, config.tokenizer.revision, "model", list(TOKENIZER_PATTERNS))
+    return resolve_inputs(config, offline=True)
