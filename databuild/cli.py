@@ -255,8 +255,8 @@ def export_command(parquet, to, out):
                f"  padding dropped        {counts['padding_tokens_dropped']} tokens\n"
                f"  sha256                 {result.data['output']['sha256']}\n"
                f"  manifest               {result.manifest}")
-    for sidecar in result.data["sidecars"]:
-        click.echo(f"  beside it              {result.path.with_name(sidecar['file'])}")
+    for name in [sidecar["file"] for sidecar in result.data["sidecars"]] + result.data["trainer_config"]:
+        click.echo(f"  beside it              {result.path.with_name(name)}")
 
 
 main.add_command(show)
