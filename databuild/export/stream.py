@@ -87,6 +87,8 @@ def verified_source(source: Path) -> ParquetSummary:
 def write_export(source: Path, fmt: Format, out: Path, summary: ParquetSummary) -> ExportResult:
     """Stream `source` (already verified, `summary` its figures) into `out` through `fmt`."""
     out = Path(out)
+    if not out.name.endswith(".parquet"):  # miles and slime take prompt data by that name, Bridge .parquet or .pq
+        raise BuildError(f"{out}: an export's file name ends in .parquet (the trainers read it by that name)")
     if out.resolve() == Path(source).resolve():
         raise BuildError(f"{out}: the export would overwrite the file it is made from")
     out.parent.mkdir(parents=True, exist_ok=True)
