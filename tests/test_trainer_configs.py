@@ -121,6 +121,14 @@ def test_bridge_refuses_without_each_source_setting(exported, dropped, complaint
         launch_bridge(without(overrides, dropped))
 
 
+def test_bridge_overrides_fit_a_recipe_with_packing_off(exported):
+    overrides = load_yaml(exported["megatron-bridge"].with_name("tiny.bridge.yaml"))
+    recipe = configs.bridge_recipe(tensor_model_parallel_size=2, sequence_parallel=True)
+    recipe.dataset.enable_offline_packing, recipe.dataset.offline_packing_specs = False, None
+    cfg, split, skipped = configs.bridge_launch(overrides, recipe)
+    assert not skipped and not split.writes and cfg.dataset.offline_packing_specs.packed_sequence_size == 512
+
+
 def test_bridge_refuses_without_the_micro_batch_or_packing_switch(exported):
     overrides = load_yaml(exported["megatron-bridge"].with_name("tiny.bridge.yaml"))
     recipe = configs.bridge_recipe()
@@ -318,3 +326,13 @@ def test_configuration_names_the_exports_own_place_and_verify_checks_it(exported
 def test_an_export_name_must_end_in_parquet(tiny_build, tmp_path):
     with pytest.raises(databuild.BuildError, match="ends in .parquet"):
         databuild.export(tiny_build.parquet, "miles", tmp_path / "rows.pq")
+
+
+def test_data_readme_shows_each_configuration_verbatim():
+    """data/README.md, "Trainers": the files each format writes for the tiny build exported to
+    /data/exports/<format>/tiny.parquet, as they are."""
+    readme = (Path(__file__).parents[1] / "data" / "README.md").read_text()
+    for fmt, folder in (("megatron-bridge", "bridge"), ("miles", "miles"), ("hf", "hf")):
+        written = make_format(fmt).trainer_config(Path(f"/data/exports/{folder}/tiny.parquet"), 512, 40)
+        for name, text in written.items():
+            assert f"`{name.replace('tiny', 'OUT')}`:\n\n```" in readme and text in readme, name

@@ -67,6 +67,10 @@ def test_trl_trains_the_export_as_written(tiny_build, tmp_path):
         with torch.no_grad():
             attending = model(input_ids=whole, labels=torch.tensor(dataset[r]["labels"])[None]).loss
         assert abs(float(attending) - float(loss)) > 1e-5 * float(loss)  # ten times the tolerance above
+        with torch.no_grad():  # a loop of one's own that leaves the cache on: transformers masks nothing
+            cached = model(input_ids=whole, position_ids=batch["position_ids"], use_cache=True,
+                           labels=torch.tensor(dataset[r]["labels"])[None]).loss
+        assert abs(float(cached) - float(loss)) > 1e-5 * float(loss)
     trainer.train()
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     assert len(losses) == 3 and all(np.isfinite(losses))

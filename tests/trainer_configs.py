@@ -162,18 +162,26 @@ def bridge_recipe(seq_length: int = 4096, **model: Any) -> BridgeContainer:
     return BridgeContainer(dataset, BridgeModel(seq_length=seq_length, **model))
 
 
+INSTANTIABLE = {"megatron.bridge.data.packing.PackedSequenceSpecs": BridgeSpecs}
+
+
 def bridge_apply_overrides(target: Any, overrides: dict, where: str = "") -> list[str]:
     """omegaconf_utils.py process_config_with_overrides L105-160: the YAML merged over the
-    container (OmegaConf.merge: mappings merge key by key), then _apply_overrides L454-521: a key
-    the object lacks is logged and skipped (returned here), a mapping over a dataclass recurses,
-    anything else is set as it is."""
+    container (OmegaConf.merge: mappings merge key by key; a dataclass was turned into a mapping of
+    its fields, L282-300), then _apply_overrides L454-521: a key the object lacks is logged and
+    skipped (returned here); a mapping with `_target_` is instantiated, the merged fields its
+    keywords (L478-489); a mapping over a dataclass recurses; anything else is set as it is."""
     skipped = []
     for key, value in overrides.items():
         if not hasattr(target, key):
             skipped.append(f"{where}{key}")
             continue
         current = getattr(target, key)
-        if is_dataclass(current) and isinstance(value, dict):
+        if isinstance(value, dict) and "_target_" in value:
+            merged = {f.name: getattr(current, f.name) for f in fields(current)} if is_dataclass(current) else {}
+            merged.update({k: v for k, v in value.items() if k != "_target_"})
+            setattr(target, key, INSTANTIABLE[value["_target_"]](**merged))
+        elif is_dataclass(current) and isinstance(value, dict):
             skipped += bridge_apply_overrides(current, value, f"{where}{key}.")
         elif isinstance(current, dict) and isinstance(value, dict):
             setattr(target, key, {**current, **value})

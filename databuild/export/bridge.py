@@ -44,6 +44,7 @@ from .rows import RowBlock, list_array
 from .stream import Format, export_stem
 
 BRIDGE = "NVIDIA-NeMo/Megatron-Bridge@067f987d"
+SPECS_CLASS = "megatron.bridge.data.packing.PackedSequenceSpecs"
 
 SCHEMA = pa.schema([("input_ids", pa.list_(pa.int32())), ("loss_mask", pa.list_(pa.int8())),
                     ("seq_start_id", pa.list_(pa.int32()))])
@@ -123,7 +124,11 @@ class BridgeFormat(Format):
                   f"({rows} rows of at most {row_tokens} tokens), written by `databuild export --to megatron-bridge`.",
                   "The export supports neither context parallelism nor sequence parallelism (pad_seq_to_mult 1);",
                   "pad_cu_seqlens (for CUDA graphs) may be set true: the metadata file is there for it."]
-        overrides = {"dataset": {**dataset, **CLEARED_SOURCES}, "model": model, "train": {"micro_batch_size": 1}}
+        # `_target_` builds the specs whole, also over a recipe whose packing is off (specs None):
+        # omegaconf_utils.py _apply_overrides L478-489 instantiates a mapping that names its class.
+        overrides = {"dataset": {**dataset, "offline_packing_specs": {"_target_": SPECS_CLASS, **specs},
+                                 **CLEARED_SOURCES},
+                     "model": model, "train": {"micro_batch_size": 1}}
         call = python_call("GPTSFTDatasetConfig", {**dataset, "offline_packing_specs": ("PackedSequenceSpecs", specs)}, 4)
         python = (comment(header) + "from megatron.bridge.data.builders import GPTSFTDatasetConfig\n"
                   "from megatron.bridge.data.packing import PackedSequenceSpecs\n\n\n"
