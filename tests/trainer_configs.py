@@ -334,27 +334,23 @@ def _shared_flags(lines: dict[str, int], defaults: dict[str, Any]) -> list[Flag]
                          choices=("policy_loss", "sft_loss", "custom_loss"))]
 
 
-# slime/utils/arguments.py at SLIME (--debug-train-only is pre-parsed, L1584-1597)
-SLIME_FLAGS = _shared_flags({
-    "--prompt-data": 645, "--input-key": 659, "--metadata-key": 669, "--label-key": 660,
-    "--rollout-function-path": 329, "--n-samples-per-prompt": 700, "--rollout-batch-size": 691,
-    "--global-batch-size": 706, "--micro-batch-size": 717, "--num-rollout": 609, "--num-epoch": 615,
-    "--num-steps-per-rollout": 708, "--disable-rollout-global-dataset": 627, "--rollout-shuffle": 413,
-    "--use-dynamic-batch-size": 747, "--max-tokens-per-gpu": 758, "--calculate-per-token-loss": 879,
-    "--disable-compute-advantages-and-returns": 958, "--debug-train-only": 1594, "--loss-type": 915},
-    {"--rollout-function-path": "slime.rollout.sglang_rollout.generate_rollout"})
-
-# miles/utils/arguments.py at MILES: the same flags, and those slime lacks
-MILES_FLAGS = _shared_flags({
-    "--prompt-data": 1022, "--input-key": 1050, "--metadata-key": 1060, "--label-key": 1051,
-    "--rollout-function-path": 477, "--n-samples-per-prompt": 1091, "--rollout-batch-size": 1082,
-    "--global-batch-size": 1097, "--micro-batch-size": 1108, "--num-rollout": 982, "--num-epoch": 994,
-    "--num-steps-per-rollout": 1099, "--disable-rollout-global-dataset": 1006, "--rollout-shuffle": 575,
-    "--use-dynamic-batch-size": 1142, "--max-tokens-per-gpu": 1153, "--calculate-per-token-loss": 1354,
-    "--disable-compute-advantages-and-returns": 1438, "--debug-train-only": 2077, "--loss-type": 1396,
-}, {"--rollout-function-path": None}) + [Flag("--use-dynamic-global-batch-size", 2415, "true", default=False),
-      Flag("--disable-rollout-trim-samples", 2409, "true", default=False),
-      Flag("--qkv-format", 270, "str", default="thd", choices=("thd", "bshd"))]
+# Where each parser defines a flag: (slime/utils/arguments.py at SLIME, miles/utils/arguments.py at
+# MILES). slime pre-parses --debug-train-only (L1584-1597).
+LINES = {"--prompt-data": (645, 1022), "--input-key": (659, 1050), "--metadata-key": (669, 1060),
+         "--label-key": (660, 1051), "--rollout-function-path": (329, 477), "--n-samples-per-prompt": (700, 1091),
+         "--rollout-batch-size": (691, 1082), "--global-batch-size": (706, 1097), "--micro-batch-size": (717, 1108),
+         "--num-rollout": (609, 982), "--num-epoch": (615, 994), "--num-steps-per-rollout": (708, 1099),
+         "--disable-rollout-global-dataset": (627, 1006), "--rollout-shuffle": (413, 575),
+         "--use-dynamic-batch-size": (747, 1142), "--max-tokens-per-gpu": (758, 1153),
+         "--calculate-per-token-loss": (879, 1354), "--disable-compute-advantages-and-returns": (958, 1438),
+         "--debug-train-only": (1594, 2077), "--loss-type": (915, 1396)}
+SLIME_FLAGS = _shared_flags({flag: lines[0] for flag, lines in LINES.items()},
+                            {"--rollout-function-path": "slime.rollout.sglang_rollout.generate_rollout"})
+# miles: the same flags, and those slime lacks
+MILES_FLAGS = _shared_flags({flag: lines[1] for flag, lines in LINES.items()}, {"--rollout-function-path": None}) + [
+    Flag("--use-dynamic-global-batch-size", 2415, "true", default=False),
+    Flag("--disable-rollout-trim-samples", 2409, "true", default=False),
+    Flag("--qkv-format", 270, "str", default="thd", choices=("thd", "bshd"))]
 
 
 def parse_flags(flags: list[Flag], argv: list[str]) -> argparse.Namespace:

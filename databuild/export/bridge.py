@@ -13,7 +13,7 @@ Beside the rows go the packing metadata Bridge reads when `pad_cu_seqlens` is on
 named after the export: one JSON array with one entry of the fields create_packing_strategy writes)
 and the configuration that reads them, checked in tests/trainer_configs.py against Bridge's own
 validation (NVIDIA-NeMo/Megatron-Bridge@067f987d): `OUT.bridge.yaml`, overrides merged into a
-finetuning recipe's ConfigContainer (scripts/training/run_recipe.py takes them, as does
+finetuning recipe's ConfigContainer (an example finetune script's `--config-file`, or
 `process_config_with_overrides`), and `OUT.bridge.py`, the same settings as Python constructor calls.
 What they settle and why:
 - `dataset_root` (one source is required, builders/gpt_sft.py:138-141) is OUT's directory, and

@@ -22,8 +22,9 @@ from .stream import FORMAT
 
 # The type of every manifest field verify reads: a hand-edited manifest is refused in one line.
 SHAPE = {"export": str, "source": dict, "output": dict, "sidecars": list, "trainer_config": list,
-         "row_digests": list, "source.rows_sha256": str, "source.row_tokens": int, "source.parquet_sha256": str, "output.file": str, "output.sha256": str,
-         "output.bytes": int, "output.rows": int, "output.content_sha256": str}
+         "row_digests": list, "source.rows_sha256": str, "source.parquet_sha256": str, "source.row_tokens": int,
+         "output.file": str, "output.sha256": str, "output.bytes": int, "output.rows": int,
+         "output.content_sha256": str}
 
 
 def export_manifest_of(parquet: Path, manifest: Path | None = None) -> dict[str, Any] | None:

@@ -11,11 +11,12 @@ there is lost, counted as `target_at_segment_start`. Padding segments are droppe
 needs none): a padded row ends where its padding began and its seq_lengths add up to its length.
 
 Beside the rows go TRL's configuration (huggingface/trl@f2cd5771, checked in tests/trainer_configs.py):
-`OUT.trl.yaml`, the SFTConfig arguments, and `OUT.trl.py`, a minimal train script with them. Both
-`padding_free=True` (the collator flattens a batch and restarts positions from seq_lengths: without
-it the collator builds one attention mask per row and ignores seq_lengths, so conversations in a row
-attend to each other, sft_trainer.py:462-507) and `skip_prepare_dataset` (the rows are tokenized
-and labelled already), with `max_length=None` (required with padding_free and no packing, :1244-1249).
+`OUT.trl.yaml`, the SFTConfig arguments, and `OUT.trl.py`, a minimal train script with them. They
+set `padding_free=True` (the collator flattens a batch and restarts positions from seq_lengths;
+without it the collator builds one attention mask per row and ignores seq_lengths, so conversations
+in a row attend to each other, sft_trainer.py:462-507), `skip_prepare_dataset` (the rows are
+tokenized and labelled already) and `max_length=None` (required with padding_free and no packing,
+:1244-1249).
 """
 
 from __future__ import annotations

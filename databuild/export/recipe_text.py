@@ -15,8 +15,8 @@ from typing import Any
 from ruamel.yaml import YAML
 
 
-def comment(lines: list[str], mark: str = "#") -> str:
-    return "".join(f"{mark} {line}".rstrip() + "\n" for line in lines)
+def comment(lines: list[str]) -> str:
+    return "".join(f"# {line}".rstrip() + "\n" for line in lines)
 
 
 def yaml_text(header: list[str], data: dict[str, Any]) -> str:
