@@ -466,7 +466,3 @@ neither, the loss would cover every token), L1627-1636 (the
         if config["remove_unused_columns"] else list(columns)
     return {"padding_free": padding_free, "skip_prepare": skip_prepare, "completion_only_loss": completion_only,
             "columns": kept}
-
-
-def dataclass_fields(cls) -> set[str]:
-    return {f.name for f in fields(cls)}
