@@ -71,8 +71,9 @@ def verify(file: str | Path, *, manifest: str | Path | None = None, recipe: str 
 
 @_one_exception
 def export(file: str | Path, to: str, out: str | Path) -> ExportResult:
-    """Write a verified row file in a trainer's format ("megatron-bridge", "miles", "hf") to `out`,
-    with a manifest beside it; nothing is written when `file` does not verify."""
+    """Write a verified row file in a trainer's format ("megatron-bridge", "miles", "hf") to `out`
+    (a name ending in .parquet), with a manifest and the trainer's configuration beside it; nothing
+    is written when `file` does not verify."""
     from .export import export as run_export
 
     return run_export(Path(file), to, Path(out))

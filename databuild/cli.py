@@ -229,10 +229,13 @@ def verify_command(parquet, manifest, recipe, rows_sha256, parquet_sha256, segme
 @click.option("--to", "to", required=True, type=click.Choice(["megatron-bridge", "miles", "hf"]),
               help="The trainer's format (data/README.md, \"Trainers\").")
 @click.option("-o", "--out", required=True, type=click.Path(dir_okay=False, path_type=Path),
-              help="The export's file; its manifest is written beside it (OUT without .parquet, .manifest.json).")
+              help="The export's file, ending in .parquet; beside it go its manifest (OUT without .parquet, "
+                   ".manifest.json) and the trainer's configuration for it (data/README.md, \"Trainers\").")
 @one_line_errors
 def export_command(parquet, to, out):
-    """Write a verified row file in a trainer's format, with a manifest beside it.
+    """Write a verified row file in a trainer's format, with a manifest and the trainer's
+    configuration for exactly this file beside it (Bridge YAML overrides and Python, miles/slime
+    flags, TRL SFTConfig arguments and a train script).
 
     PARQUET must verify against the manifest beside it: nothing is written otherwise.
 
@@ -255,8 +258,8 @@ def export_command(parquet, to, out):
                f"  padding dropped        {counts['padding_tokens_dropped']} tokens\n"
                f"  sha256                 {result.data['output']['sha256']}\n"
                f"  manifest               {result.manifest}")
-    for sidecar in result.data["sidecars"]:
-        click.echo(f"  beside it              {result.path.with_name(sidecar['file'])}")
+    for name in [sidecar["file"] for sidecar in result.data["sidecars"]] + result.data["trainer_config"]:
+        click.echo(f"  beside it              {result.path.with_name(name)}")
 
 
 main.add_command(show)

@@ -179,7 +179,7 @@ def test_padding_is_dropped_as_each_trainer_expects(tiny_build, tmp_path, fmt):
     if fmt == "hf":
         assert [sum(r["seq_lengths"]) for r in exported] == [512, cut, 512]
     else:
-        metadata = json.loads((result.path.parent / "512_metadata.jsonl").read_text())
+        metadata = json.loads(result.path.with_name("out.metadata.jsonl").read_text())
         assert metadata[0]["min_packed_seqlen"] == cut - len(exported[1]["seq_start_id"])
 
 
@@ -199,13 +199,12 @@ def verify_cli(*args):
 
 
 @pytest.fixture
-def copies(exports, tmp_path):
-    """A private copy of each export with its manifest and sidecars."""
-    out = {}
-    for fmt, result in exports.items():
-        shutil.copytree(result.path.parent, tmp_path / fmt)
-        out[fmt] = tmp_path / fmt / result.path.name
-    return out
+def copies(tiny_build, tmp_path):
+    """A private export in each format with its manifest, sidecars and trainer configuration
+    (exported here: the configuration names the export's own path)."""
+    import databuild
+
+    return {fmt: databuild.export(tiny_build.parquet, fmt, tmp_path / fmt / "tiny.parquet").path for fmt in FORMATS}
 
 
 def rewrite(path: Path, change) -> None:
@@ -248,9 +247,9 @@ def test_verify_catches_a_foreign_manifest(copies):
 
 
 def test_verify_catches_a_changed_sidecar(copies):
-    metadata = copies["megatron-bridge"].with_name("512_metadata.jsonl")
+    metadata = copies["megatron-bridge"].with_name("tiny.metadata.jsonl")
     metadata.write_text(metadata.read_text().replace('"max_samples_per_bin": ', '"max_samples_per_bin": 1'))
-    assert "FAILED 512_metadata.jsonl: expected sha256" in verify_cli(copies["megatron-bridge"]).output
+    assert "FAILED tiny.metadata.jsonl: expected sha256" in verify_cli(copies["megatron-bridge"]).output
 
 
 def test_export_of_a_corrupt_file_is_refused_and_writes_nothing(tiny_build, tmp_path):

@@ -68,10 +68,11 @@ def bridge_build_loss_mask(item) -> np.ndarray:
     return np.concatenate([item["loss_mask"][b[i]:b[i + 1] - 1] for i in range(len(b) - 1)])
 
 
-def bridge_collate(batch, max_seq_length, eos_id) -> dict:
-    """gpt_sft.py collate_fn L151-292 (return_cu_seqlen, pad_seq_to_mult 1, pad_to_max_length False):
-    per segment inputs ids[b:e-1], labels ids[b+1:e], the mask from _build_loss_mask; padded with
-    EOS (ids, labels) and 0 (mask) to a multiple of 16, asserting the runtime length fits."""
+def bridge_collate(batch, max_seq_length, eos_id, pad_to_max_length=False) -> dict:
+    """gpt_sft.py collate_fn L151-292 (return_cu_seqlen, pad_seq_to_mult 1): per segment inputs
+    ids[b:e-1], labels ids[b+1:e], the mask from _build_loss_mask; padded with EOS (ids, labels) and
+    0 (mask) to max_seq_length with pad_to_max_length (L191-192), else to a multiple of 16
+    (L193-198, datasets/gpt_sft.py L95 pad_seq_length_to_mult), asserting the runtime length fits."""
     def cut(item, lo, hi):
         b = item["seq_boundaries"]
         return np.concatenate([item["input_ids"][b[i] + lo:b[i + 1] + hi] for i in range(len(b) - 1)])
@@ -79,13 +80,13 @@ def bridge_collate(batch, max_seq_length, eos_id) -> dict:
     labels = [cut(item, 1, 0) for item in batch]
     masks = [bridge_build_loss_mask(item) for item in batch]
     longest = max(len(t) for t in tokens)
-    max_length = min(max_seq_length, -(-longest // 16) * 16)
+    max_length = max_seq_length if pad_to_max_length else min(max_seq_length, -(-longest // 16) * 16)
     assert max_length <= max_seq_length and all(len(t) <= max_length for t in tokens)
     pad = lambda rows, value: np.array([np.pad(r, (0, max_length - len(r)), constant_values=value) for r in rows])
     return {"tokens": pad(tokens, eos_id), "labels": pad(labels, eos_id), "loss_mask": pad(masks, 0)}
 
 
-def bridge_trained_pairs(path, row_tokens, eos_id) -> set[tuple[int, int]]:
+def bridge_trained_pairs(path, row_tokens, eos_id, pad_to_max_length=False) -> set[tuple[int, int]]:
     """Every (row, native position of the label) the collated batches weight, one row per batch
     (micro_batch_size 1, as Bridge's packed SFT requires); the label's native position is recovered
     from the segment layout of the row."""
@@ -93,7 +94,7 @@ def bridge_trained_pairs(path, row_tokens, eos_id) -> set[tuple[int, int]]:
     for row in range(bridge_schema_check(path)):
         item = bridge_getitem(path, row)
         bridge_validate_row(row, item["input_ids"], item["loss_mask"], item["seq_boundaries"][:-1])
-        batch = bridge_collate([item], row_tokens, eos_id)
+        batch = bridge_collate([item], row_tokens, eos_id, pad_to_max_length)
         b = item["seq_boundaries"]
         label_positions = np.concatenate([np.arange(b[i] + 1, b[i + 1]) for i in range(len(b) - 1)])
         weighted = np.flatnonzero(batch["loss_mask"][0][:len(label_positions)])

@@ -21,9 +21,10 @@ from .content import ContentHasher
 from .stream import FORMAT
 
 # The type of every manifest field verify reads: a hand-edited manifest is refused in one line.
-SHAPE = {"export": str, "source": dict, "output": dict, "sidecars": list, "row_digests": list,
-         "source.rows_sha256": str, "source.parquet_sha256": str, "output.file": str, "output.sha256": str,
-         "output.bytes": int, "output.rows": int, "output.content_sha256": str}
+SHAPE = {"export": str, "source": dict, "output": dict, "sidecars": list, "trainer_config": list,
+         "row_digests": list, "source.rows_sha256": str, "source.parquet_sha256": str, "source.row_tokens": int,
+         "output.file": str, "output.sha256": str, "output.bytes": int, "output.rows": int,
+         "output.content_sha256": str}
 
 
 def export_manifest_of(parquet: Path, manifest: Path | None = None) -> dict[str, Any] | None:
@@ -72,9 +73,27 @@ def verify_export(out: Path, manifest: dict[str, Any], source: Path | None = Non
         found = file_sha256(path)[0] if path.is_file() else "no such file"
         if found != sidecar.get("sha256"):
             report.failures.append(f"{path.name}: expected sha256 {sidecar.get('sha256')}, found {found}")
+    _check_trainer_config(out, manifest, FORMATS[manifest["export"]](), report)
     if source is not None:
         _check_against_source(out, manifest, Path(source), report)
     return report
+
+
+def _check_trainer_config(out: Path, manifest: dict[str, Any], fmt: Any, report: Report) -> None:
+    """The configuration files name OUT's absolute path: each must be what the export writes for OUT
+    where it lies now (a moved export, or an edited file, is named)."""
+    expected = fmt.trainer_config(out, manifest["source"]["row_tokens"], manifest["output"]["rows"])
+    if sorted(expected) != sorted(manifest["trainer_config"]):
+        report.failures.append(f"trainer_config: expected {sorted(expected)}, the manifest lists "
+                               f"{sorted(map(str, manifest['trainer_config']))}")
+        return
+    for name, text in expected.items():
+        path = out.with_name(name)
+        if not path.is_file():
+            report.failures.append(f"{name}: no such file")
+        elif path.read_bytes() != text.encode():
+            report.failures.append(f"{name}: differs from the configuration the export writes for {out.resolve()} "
+                                   "(moved, or edited: export again)")
 
 
 def _check_content(out: Path, manifest: dict[str, Any], schema: pa.Schema, report: Report) -> None:

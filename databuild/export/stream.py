@@ -46,9 +46,19 @@ class Format:
     def convert(self, block: RowBlock) -> pa.Table:
         raise NotImplementedError
 
-    def sidecars(self, row_tokens: int, rows: int) -> dict[str, bytes]:
-        """Files the consumer reads beside the rows: name (in OUT's directory) -> bytes."""
+    def sidecars(self, out: Path, row_tokens: int, rows: int) -> dict[str, bytes]:
+        """Files the trainer reads as data beside the rows: name (in OUT's directory) -> bytes.
+        Each is named after OUT, so that two exports into one directory never share one."""
         return {}
+
+    def trainer_config(self, out: Path, row_tokens: int, rows: int) -> dict[str, str]:
+        """The trainer's configuration that reads OUT (at its absolute path) correctly: name -> text."""
+        raise NotImplementedError
+
+
+def export_stem(out: Path) -> str:
+    """OUT's name without `.parquet`: the stem every file written beside OUT is named after."""
+    return Path(out).name.removesuffix(".parquet")
 
 
 @dataclass(frozen=True)
@@ -78,6 +88,8 @@ def verified_source(source: Path) -> ParquetSummary:
 def write_export(source: Path, fmt: Format, out: Path, summary: ParquetSummary) -> ExportResult:
     """Stream `source` (already verified, `summary` its figures) into `out` through `fmt`."""
     out = Path(out)
+    if not out.name.endswith(".parquet"):  # miles and slime take prompt data by that name, Bridge .parquet or .pq
+        raise BuildError(f"{out}: an export's file name ends in .parquet (the trainers read it by that name)")
     if out.resolve() == Path(source).resolve():
         raise BuildError(f"{out}: the export would overwrite the file it is made from")
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -92,7 +104,8 @@ def write_export(source: Path, fmt: Format, out: Path, summary: ParquetSummary) 
                 rows += table.num_rows
         _fsync(partial)
         sidecars = {}  # final path -> (its partial path, its bytes)
-        for name, data in fmt.sidecars(summary.row_tokens, rows).items():
+        configs = {name: text.encode() for name, text in fmt.trainer_config(out, summary.row_tokens, rows).items()}
+        for name, data in {**fmt.sidecars(out, summary.row_tokens, rows), **configs}.items():
             path = out.with_name(name)
             sidecar_partial = partial_path(path)
             written.append(sidecar_partial)
@@ -110,13 +123,14 @@ def write_export(source: Path, fmt: Format, out: Path, summary: ParquetSummary) 
         replace_durably(sidecar_partial, path)
     replace_durably(partial, out)
     manifest = export_manifest(fmt, source, summary, out, digest, size, rows, content,
-                               {p.name: d for p, (_, d) in sidecars.items()})
+                               {p.name: d for p, (_, d) in sidecars.items() if p.name not in configs}, list(configs))
     write_manifest(manifest, manifest_file)
     return ExportResult(out, manifest_file, manifest)
 
 
 def export_manifest(fmt: Format, source: Path, summary: ParquetSummary, out: Path, digest: str, size: int,
-                    rows: int, content: ContentHasher, sidecars: dict[str, bytes]) -> dict[str, Any]:
+                    rows: int, content: ContentHasher, sidecars: dict[str, bytes],
+                    trainer_config: list[str]) -> dict[str, Any]:
     return {
         "format": FORMAT,
         "export": fmt.name,
@@ -140,6 +154,8 @@ def export_manifest(fmt: Format, source: Path, summary: ParquetSummary, out: Pat
         },
         "sidecars": [{"file": name, "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
                      for name, data in sidecars.items()],
+        # Named, not hashed: they hold OUT's absolute path. verify rewrites them for OUT's place and compares.
+        "trainer_config": trainer_config,
         "counts": {
             "unrepresentable": dict(sorted(fmt.unrepresentable.items())),
             "padding_tokens_dropped": fmt.padding_dropped,
