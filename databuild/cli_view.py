@@ -1,4 +1,4 @@
-"""`databuild show` and `databuild report`: look at the rows a build wrote.
+"""`databuild show`, `databuild report` and `databuild diff`: look at the rows a build wrote.
 
 cli.py registers these commands (main.add_command).
 """
@@ -13,6 +13,7 @@ import click
 from .errors import one_line_errors
 
 
+EXIT_USAGE = 2  # diff: usage error or unreadable input; 0 and 1 say identical or not
 _TOKENIZER_HELP = ("A tokenizer directory, or a config name whose tokenizer to use. Default: the one the "
                    "manifest beside PARQUET pins, from the hub cache or a config's tokenizer dir.")
 
@@ -90,3 +91,45 @@ def report(parquet, output, rows, name_or_dir):
     except OSError as exc:
         raise BuildError(f"{output}: cannot write: {exc.strerror or exc}") from None
     click.echo(f"{output} ({len(page.encode('utf-8')):,} bytes)")
+
+
+@click.command("diff")
+@click.argument("a", metavar="A")
+@click.argument("b", metavar="B")
+@click.option("--all", "everything", is_flag=True, help="List every differing pin, not the first "
+                                                        "a screen's worth.")
+@click.option("--tokenizer", "name_or_dir", metavar="NAME_OR_DIR",
+              help="A tokenizer directory or config name to decode both sides with. Default: each side's "
+                   "pinned one, as for show; token ids where it is not on this machine.")
+def diff(a, b, everything, name_or_dir):
+    """Say why two builds differ: first what they were made from, then their rows.
+
+    A and B are each a row file (with its manifest beside it), a manifest alone, or a config (name or
+    YAML: its pinned inputs, resolved and hashed offline, nothing built). The first line names the
+    causes; then each pin that differs, A's and B's values side by side; then how many rows and
+    conversations differ, in what (ids, masks, segment boundaries, order, row count); then the first
+    differing conversation decoded from both, targets in [[...]], ▶ at the first differing token.
+
+    \b
+    Exit codes: 0 identical (same pins, same rows), 1 they differ, 2 usage error or unreadable input.
+    \b
+    Examples:
+      databuild diff build/muse-spark-tiny-fixed512-v1.parquet theirs/muse-spark-tiny-fixed512-v1.parquet
+      databuild diff build/NAME.manifest.json rows.parquet          # after verify fails
+      databuild diff build/NAME.parquet muse-spark-tiny-fixed512-v1  # against the config, nothing built
+      databuild diff configs/v1.yaml configs/v2.yaml --all
+    """
+    from .compare import diff as run_diff
+    from .errors import BuildError, os_error_line
+    from .views.diff import pinned_tokenizers, render
+
+    try:
+        result = run_diff(a, b)
+        click.echo(render(result, pinned_tokenizers(name_or_dir), everything), nl=False)
+    except BuildError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_USAGE)
+    except OSError as exc:
+        click.echo(f"error: {os_error_line(exc)}", err=True)
+        sys.exit(EXIT_USAGE)
+    sys.exit(0 if result.identical else 1)
