@@ -69,8 +69,11 @@ def show(parquet, row, name_or_dir, color):
               help="How many of the first rows the row viewer shows.")
 @click.option("--tokenizer", "name_or_dir", metavar="NAME_OR_DIR",
               help=_TOKENIZER_HELP + " Without one, the viewer shows token ids.")
+@click.option("--diff", "against", metavar="OTHER",
+              help="Another row file, manifest or config: the page gets a section saying why they differ "
+                   "(`databuild diff PARQUET OTHER`).")
 @one_line_errors
-def report(parquet, output, rows, name_or_dir):
+def report(parquet, output, rows, name_or_dir, against):
     """Write one self-contained HTML page about PARQUET: summary, pins, charts and a row viewer.
 
     The page loads nothing from anywhere (inline CSS and SVG), so it opens offline and can be
@@ -80,11 +83,12 @@ def report(parquet, output, rows, name_or_dir):
     Examples:
       databuild report build/muse-spark-tiny-fixed512-v1.parquet
       databuild report rows.parquet -o /tmp/rows.html --rows 3 --tokenizer ./tokenizer
+      databuild report build/NAME.parquet --diff theirs/NAME.parquet
     """
     from .errors import BuildError
     from .views.report import render_report
 
-    page = render_report(parquet, rows, name_or_dir)
+    page = render_report(parquet, rows, name_or_dir, against)
     output = output or Path(parquet.name.removesuffix(".parquet") + ".report.html")
     try:
         output.write_text(page, encoding="utf-8")
@@ -96,8 +100,7 @@ def report(parquet, output, rows, name_or_dir):
 @click.command("diff")
 @click.argument("a", metavar="A")
 @click.argument("b", metavar="B")
-@click.option("--all", "everything", is_flag=True, help="List every differing pin, not the first "
-                                                        "a screen's worth.")
+@click.option("--all", "everything", is_flag=True, help="List every differing pin (default: the first 12).")
 @click.option("--tokenizer", "name_or_dir", metavar="NAME_OR_DIR",
               help="A tokenizer directory or config name to decode both sides with. Default: each side's "
                    "pinned one, as for show; token ids where it is not on this machine.")

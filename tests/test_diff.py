@@ -237,3 +237,12 @@ def test_verify_names_the_diff_command(tiny_build, copies):
     assert result.exit_code == 1
     manifest = copies["mask"].with_name(f"{TINY}.manifest.json")
     assert result.output.splitlines()[-1] == f"to see why: databuild diff {manifest} {copies['mask']}"
+
+
+def test_the_report_given_two_files_says_why_they_differ(tiny_build, copies, tmp_path):
+    page = tmp_path / "page.html"
+    result = CliRunner().invoke(main, ["report", str(tiny_build.parquet), "-o", str(page), "--diff", str(copies["order"])])
+    assert result.exit_code == 0, result.output
+    text = page.read_text()
+    assert f"<h2>Difference from {copies['order']}</h2><pre>differ: the rows only (same pins): 2 of 40 differ, in order" \
+        in text

@@ -67,13 +67,17 @@ def _unfaithful(result: Diff) -> list[str]:
 
 def headline(result: Diff) -> str:
     if result.identical:
-        what = "same pins" + (", same rows" if result.rows is not None else "")
+        compared = result.a.manifest is not None and result.b.manifest is not None
+        what = ", ".join(["same pins"] * compared + ["same rows"] * (result.rows is not None))
         return f"identical: {what}" + (", same file bytes" if result.same_bytes else "")
     named = headline_causes(result)
     parts = named[:CAUSES_SHOWN] + ([f"and {len(named) - CAUSES_SHOWN} more"] if len(named) > CAUSES_SHOWN else [])
     if result.rows is not None:
         phrase = _rows_phrase(result.rows)
-        parts.append(phrase if named else f"the rows only (same pins): {phrase.removeprefix('rows: ')}")
+        unknown = [name for name, s in (("A", result.a), ("B", result.b)) if s.manifest is None]
+        if unknown:
+            phrase += f" (no manifest for {' and '.join(unknown)}: pins not compared)"
+        parts.append(phrase if named or unknown else f"the rows only (same pins): {phrase.removeprefix('rows: ')}")
     if result.rows is not None and result.rows.same and result.same_bytes is False:
         parts.append("file bytes differ")
     return "differ: " + "; ".join(parts + _unfaithful(result))
