@@ -104,6 +104,7 @@ def report(parquet, output, rows, name_or_dir, against):
 @click.option("--tokenizer", "name_or_dir", metavar="NAME_OR_DIR",
               help="A tokenizer directory or config name to decode both sides with. Default: each side's "
                    "pinned one, as for show; token ids where it is not on this machine.")
+@one_line_errors(status=EXIT_USAGE)
 def diff(a, b, everything, name_or_dir):
     """Say why two builds differ: first what they were made from, then their rows.
 
@@ -123,16 +124,8 @@ def diff(a, b, everything, name_or_dir):
       databuild diff configs/v1.yaml configs/v2.yaml --all
     """
     from .compare import diff as run_diff
-    from .errors import BuildError, os_error_line
     from .views.diff import pinned_tokenizers, render
 
-    try:
-        result = run_diff(a, b)
-        click.echo(render(result, pinned_tokenizers(name_or_dir), everything), nl=False)
-    except BuildError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(EXIT_USAGE)
-    except OSError as exc:
-        click.echo(f"error: {os_error_line(exc)}", err=True)
-        sys.exit(EXIT_USAGE)
+    result = run_diff(a, b)
+    click.echo(render(result, pinned_tokenizers(name_or_dir), everything), nl=False)
     sys.exit(0 if result.identical else 1)

@@ -19,7 +19,7 @@ import numpy as np
 
 from .errors import BuildError
 from .publish.current import pinned
-from .publish.manifest_diff import Change, causes, changes
+from .publish.manifest_diff import Cause, Change, causes, changes
 from .publish.manifest_read import manifest_beside, read_manifest
 from .rowfile.hashes import file_sha256
 from .rowfile.row_digests import RowDigests, RowsDiff, compare_rows, digest_rows, from_hex
@@ -58,7 +58,7 @@ class Diff:
     a: Side
     b: Side
     changes: tuple[Change, ...]  # of the pinned sections (format, name, build, inputs, versions)
-    causes: tuple[str, ...]  # the changes' causes, in order (publish/manifest_diff.cause_of)
+    causes: tuple[Cause, ...]  # the changes grouped by the cause they name (publish/manifest_diff.cause_of)
     rows: RowsDiff | None = None  # None: a side has no rows (a config)
     first: FirstDifference | None = None  # None: no row file on a side, or no content difference
     same_bytes: bool | None = None  # two row files with the same rows: whether the files are byte-identical
@@ -68,7 +68,7 @@ class Diff:
         return not self.changes and (self.rows is None or self.rows.same) and self.same_bytes is not False
 
 
-def side(given: str | Path, offline: bool = True) -> Side:
+def side(given: str | Path) -> Side:
     """A row file, a manifest or a config, told apart by what the path holds or the name says."""
     path = Path(given)
     if path.is_file() and path.suffix == ".parquet":
@@ -80,15 +80,16 @@ def side(given: str | Path, offline: bool = True) -> Side:
         return Side(str(given), MANIFEST, manifest, digests=RowDigests(from_hex(manifest.get("row_digests", []))))
     if path.suffix in (".parquet", ".json"):
         raise BuildError(f"{given}: no such file")
-    return _config_side(str(given), offline)
+    return _config_side(str(given))
 
 
-def _config_side(given: str, offline: bool) -> Side:
+def _config_side(given: str) -> Side:
     from .build import manifest_of, pin
     from .config import resolve_config
 
     config = resolve_config(given)
-    return Side(given, CONFIG, pinned(manifest_of(pin(config, offline), f"{config.name}.parquet")))
+    # offline: diff reads the hub cache, never the network (a config not fetched is one line)
+    return Side(given, CONFIG, pinned(manifest_of(pin(config, offline=True), f"{config.name}.parquet")))
 
 
 def _unfaithful(digests: RowDigests, manifest: dict[str, Any] | None) -> int | None:
@@ -100,11 +101,13 @@ def _unfaithful(digests: RowDigests, manifest: dict[str, Any] | None) -> int | N
     return int(parted[0]) if len(parted) else (common if len(recorded) != len(digests.rows) else None)
 
 
-def diff(a: str | Path, b: str | Path, offline: bool = True) -> Diff:
+def diff(a: str | Path, b: str | Path) -> Diff:
     """A and B compared: their pinned sections, then their rows where both have rows."""
     with ThreadPoolExecutor(2) as pool:  # hashing and parquet decoding release the GIL
-        sides = list(pool.map(lambda given: side(given, offline), (a, b)))
-    one, two = sides
+        one, two = pool.map(side, (a, b))
+    if (one.manifest is None or two.manifest is None) and (one.digests is None or two.digests is None):
+        raise BuildError(f"nothing to compare: {one.given} and {two.given} have neither both a manifest nor both "
+                         "rows (a config has pins only; a row file without a manifest, rows only)")
     found = tuple(changes(pinned(one.manifest or {}), pinned(two.manifest or {}))) \
         if one.manifest is not None and two.manifest is not None else ()
     sources = ((one.manifest or two.manifest or {}).get("inputs") or {}).get("sources") or []

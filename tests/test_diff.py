@@ -216,7 +216,13 @@ def test_usage_errors_exit_2_in_one_line(args, message):
     assert diff_cli("only-one").exit_code == 2
 
 
-def test_the_python_api_returns_a_frozen_result(tiny_build, copies):
+def test_the_python_api_returns_a_frozen_result(tiny_build, copies, planted):
+    from databuild.publish.manifest_diff import Cause, Change
+
+    result = databuild.diff(tiny_build.parquet, planted["kwarg"])
+    assert result.causes == (Cause("template kwarg reasoning_effort", (
+        Change("build.template_kwargs.reasoning_effort", "xhigh", "low"),)),)
+    assert result.rows.kinds == ("ids", "masks") and result.first.row == 0
     result = databuild.diff(tiny_build.parquet, copies["mask"])
     assert not result.identical and result.changes == () and result.causes == ()
     assert result.rows.kinds == ("masks",) and result.rows.differing == (7,) and result.b.unfaithful == 7
@@ -246,3 +252,9 @@ def test_the_report_given_two_files_says_why_they_differ(tiny_build, copies, tmp
     text = page.read_text()
     assert f"<h2>Difference from {copies['order']}</h2><pre>differ: the rows only (same pins): 2 of 40 differ, in order" \
         in text
+
+
+def test_a_config_against_a_file_without_manifest_has_nothing_to_compare(tiny_build, tmp_path):
+    shutil.copyfile(tiny_build.parquet, tmp_path / "alone.parquet")
+    result = diff_cli(TINY_CONFIG, tmp_path / "alone.parquet")
+    assert result.exit_code == 2 and result.output.startswith("error: nothing to compare: ")

@@ -88,6 +88,16 @@ def _source_name(sources: list[dict[str, Any]], source: str, file: str | None) -
     return files[int(file)].get("path", file) if int(file) < len(files) else f"#{file}"
 
 
-def causes(found: list[Change], sources: list[dict[str, Any]] = ()) -> list[str]:
-    """The distinct causes of some changes, in their order."""
-    return list(dict.fromkeys(cause_of(change.key, sources) for change in found))
+@dataclass(frozen=True)
+class Cause:
+    """A cause (`seed`, `chat template`) and the changes it names."""
+    name: str
+    changes: tuple[Change, ...]
+
+
+def causes(found: list[Change], sources: list[dict[str, Any]] = ()) -> list[Cause]:
+    """The changes grouped by cause, in the order of each cause's first change."""
+    grouped: dict[str, list[Change]] = {}
+    for change in found:
+        grouped.setdefault(cause_of(change.key, sources), []).append(change)
+    return [Cause(name, tuple(of_cause)) for name, of_cause in grouped.items()]

@@ -60,9 +60,11 @@ def digest_rows(path: Path) -> RowDigests:
         for row, starts, conversation_ids in zip(data, table.column("seq_start_id").to_pylist(),
                                                   table.column("conversation_ids").to_pylist()):
             row_ids, row_mask = row[:width], row[width:]
-            ids.append(hashlib.sha256(row_ids).digest())
+            whole = hashlib.sha256(row_ids)  # the row's digest continues its ids': they are hashed once
+            ids.append(whole.digest())
+            whole.update(row_mask)
+            rows.append(whole.digest())
             masks.append(hashlib.sha256(row_mask).digest())
-            rows.append(hashlib.sha256(row).digest())
             segments.append(hashlib.sha256(segment_bytes(starts, conversation_ids)).digest())
             for start, end, conversation in zip(starts, starts[1:] + [len(row_mask)], conversation_ids):
                 if conversation:  # "" is padding

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..compare import CONFIG, MANIFEST, Diff, FirstDifference, Side
 from ..errors import BuildError
-from ..publish.manifest_diff import ABSENT, Change, cause_of
+from ..publish.manifest_diff import ABSENT, Change
 from ..rowfile.row_digests import RowsDiff
 from .show import Row, decode_spans, id_texts, printable, spans
 
@@ -39,16 +39,12 @@ def _scalar(value: Any) -> bool:
 
 def headline_causes(result: Diff) -> list[str]:
     """The causes, each with its old and new value where it is one short value: `seed 42 → 7`."""
-    sources = ((result.a.manifest or result.b.manifest or {}).get("inputs") or {}).get("sources") or []
     named = []
     for cause in result.causes:
-        of_cause = [c for c in result.changes if cause_of(c.key, sources) == cause]
-        one = of_cause[0]
-        values = (f" {_value(one.a, 24)} → {_value(one.b, 24)}"
-                  if len(of_cause) == 1 and _scalar(one.a) and _scalar(one.b) and not cause.startswith(("tokenizer file",
-                                                                                                         "source file"))
-                  else "")
-        named.append(cause + values)
+        one = cause.changes[0]
+        shown = len(cause.changes) == 1 and _scalar(one.a) and _scalar(one.b) and \
+            not cause.name.startswith(("tokenizer file", "source file"))  # hashes say nothing in a headline
+        named.append(cause.name + (f" {_value(one.a, 24)} → {_value(one.b, 24)}" if shown else ""))
     return named
 
 
