@@ -36,7 +36,7 @@ class Side:
     manifest: dict[str, Any] | None  # a config's: its pinned sections; None: a row file with no manifest
     parquet: Path | None = None
     digests: RowDigests | None = None  # a manifest's: its row_digests only; a config's: None
-    unfaithful: int | None = None  # a row file whose rows differ from its manifest's row_digests: the first
+    unfaithful: str | None = None  # a row file that is not what its manifest says: where ("from row 7")
 
 
 @dataclass(frozen=True)
@@ -92,13 +92,19 @@ def _config_side(given: str) -> Side:
     return Side(given, CONFIG, pinned(manifest_of(pin(config, offline=True), f"{config.name}.parquet")))
 
 
-def _unfaithful(digests: RowDigests, manifest: dict[str, Any] | None) -> int | None:
-    if manifest is None or "row_digests" not in manifest:
+def _unfaithful(digests: RowDigests, manifest: dict[str, Any] | None) -> str | None:
+    """Where a row file parts from its own manifest: its row_digests, then its segments_sha256."""
+    if manifest is None:
         return None
-    recorded = from_hex(manifest["row_digests"])
+    recorded = from_hex(manifest.get("row_digests", []))
     common = min(len(recorded), len(digests.rows))
     parted = np.flatnonzero(recorded[:common] != digests.rows[:common])
-    return int(parted[0]) if len(parted) else (common if len(recorded) != len(digests.rows) else None)
+    if len(parted) or len(recorded) != len(digests.rows):
+        return f"from row {int(parted[0]) if len(parted) else common}"
+    pinned_segments = (manifest.get("output") or {}).get("segments_sha256")
+    if pinned_segments and pinned_segments != digests.segments_sha256:
+        return "in its segment boundaries (segments_sha256)"
+    return None
 
 
 def diff(a: str | Path, b: str | Path) -> Diff:

@@ -225,7 +225,7 @@ def test_the_python_api_returns_a_frozen_result(tiny_build, copies, planted):
     assert result.rows.kinds == ("ids", "masks") and result.first.row == 0
     result = databuild.diff(tiny_build.parquet, copies["mask"])
     assert not result.identical and result.changes == () and result.causes == ()
-    assert result.rows.kinds == ("masks",) and result.rows.differing == (7,) and result.b.unfaithful == 7
+    assert result.rows.kinds == ("masks",) and result.rows.differing == (7,) and result.b.unfaithful == "from row 7"
     assert result.first.row == 7 and result.first.a.loss_mask[result.first.token] != result.first.b.loss_mask[result.first.token]
     with pytest.raises(dataclasses.FrozenInstanceError):
         result.rows = None
@@ -258,3 +258,31 @@ def test_a_config_against_a_file_without_manifest_has_nothing_to_compare(tiny_bu
     shutil.copyfile(tiny_build.parquet, tmp_path / "alone.parquet")
     result = diff_cli(TINY_CONFIG, tmp_path / "alone.parquet")
     assert result.exit_code == 2 and result.output.startswith("error: nothing to compare: ")
+
+
+def _rewritten(tiny_build, directory: Path, change, manifest: bool = True) -> Path:
+    parquet = _copy(tiny_build.parquet, directory)
+    if not manifest:
+        parquet.with_name(f"{TINY}.manifest.json").unlink()
+    rows = change(pq.read_table(parquet).to_pylist())
+    pq.write_table(pa.Table.from_pylist(rows, schema=pq.read_schema(parquet)), parquet, **WRITER_OPTIONS)
+    return parquet
+
+
+def test_moved_boundaries_are_segment_differences(tiny_build, tmp_path):
+    """Row 0's second segment starts one token later: the tokens and targets are the same."""
+    starts = pq.read_table(tiny_build.parquet).column("seq_start_id")[0].as_py()
+    moved = _rewritten(tiny_build, tmp_path, lambda r: [{**r[0], "seq_start_id": [0, starts[1] + 1, *starts[2:]]}] + r[1:])
+    result = diff_cli(tiny_build.parquet, moved)
+    assert result.output.splitlines()[0].startswith("differ: the rows only (same pins): 1 of 40 differ, in segment "
+                                                    "boundaries; B's rows do not match its own manifest in its "
+                                                    "segment boundaries (segments_sha256)")
+    assert f"first differing row 0, conversation tiny-0293 in A, tiny-0261 in B, token {starts[1]}:" in result.output
+
+
+def test_missing_rows_and_no_manifest(tiny_build, tmp_path):
+    shorter = _rewritten(tiny_build, tmp_path, lambda r: r[:-2], manifest=False)
+    result = diff_cli(tiny_build.parquet, shorter)
+    assert result.exit_code == 1
+    assert result.output.splitlines()[0] == "differ: rows: 2 of 40 differ, in row count (no manifest for B: pins not compared)"
+    assert "first differing row 38: A has more rows" in result.output

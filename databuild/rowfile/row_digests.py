@@ -40,11 +40,12 @@ class RowDigests:
     masks: np.ndarray | None = None  # uint64 per row: sha256 of its loss_mask bytes
     segments: np.ndarray | None = None  # uint64 per row: sha256 of its segment_bytes
     conversations: dict[str, tuple[bytes, bytes]] | None = None  # id -> (tokens digest, targets digest)
+    segments_sha256: str | None = None  # as the manifest's output.segments_sha256
 
 
 def digest_rows(path: Path) -> RowDigests:
     parquet = open_row_file(path)
-    rows, ids, masks, segments, first = [], [], [], [], 0
+    rows, ids, masks, segments, first, boundaries = [], [], [], [], 0, hashlib.sha256()
     tokens: dict[str, hashlib._Hash] = {}
     targets: dict[str, hashlib._Hash] = {}
     for group in range(parquet.num_row_groups):
@@ -65,13 +66,15 @@ def digest_rows(path: Path) -> RowDigests:
             whole.update(row_mask)
             rows.append(whole.digest())
             masks.append(hashlib.sha256(row_mask).digest())
-            segments.append(hashlib.sha256(segment_bytes(starts, conversation_ids)).digest())
+            row_segments = segment_bytes(starts, conversation_ids)
+            boundaries.update(row_segments)
+            segments.append(hashlib.sha256(row_segments).digest())
             for start, end, conversation in zip(starts, starts[1:] + [len(row_mask)], conversation_ids):
                 if conversation:  # "" is padding
                     tokens.setdefault(conversation, hashlib.sha256()).update(row_ids[4 * start:4 * end])
                     targets.setdefault(conversation, hashlib.sha256()).update(row_mask[start:end])
     return RowDigests(_u64(rows), _u64(ids), _u64(masks), _u64(segments),
-                      {c: (tokens[c].digest(), targets[c].digest()) for c in tokens})
+                      {c: (tokens[c].digest(), targets[c].digest()) for c in tokens}, boundaries.hexdigest())
 
 
 @dataclass(frozen=True)
@@ -131,7 +134,8 @@ def compare_rows(a: RowDigests, b: RowDigests) -> RowsDiff:
     where_in_a: dict[int, int] = {}
     for index, digest in enumerate(a.rows.tolist()):
         where_in_a.setdefault(digest, index)
-    moved = [(int(i), where_in_a[int(b.rows[i])]) for i in differing if int(b.rows[i]) in where_in_a]
+    moved = [(int(i), where_in_a[int(b.rows[i])]) for i in differing
+             if a.rows[i] != b.rows[i] and int(b.rows[i]) in where_in_a]
     moved_rows = np.array([m for m, _ in moved], dtype=np.int64)
     kept = differing[~np.isin(differing, moved_rows)]
     counts = {}

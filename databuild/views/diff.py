@@ -57,7 +57,7 @@ def _rows_phrase(rows: RowsDiff) -> str:
 
 
 def _unfaithful(result: Diff) -> list[str]:
-    return [f"{name}'s rows do not match its own manifest from row {s.unfaithful} (changed after its build?)"
+    return [f"{name}'s rows do not match its own manifest {s.unfaithful} (changed after its build?)"
             for name, s in (("A", result.a), ("B", result.b)) if s.unfaithful is not None]
 
 
@@ -187,10 +187,10 @@ def pinned_tokenizers(name_or_dir: str | None = None) -> Tokenizers:
     def find(s: Side) -> tuple[Any, str]:
         try:
             directory = tokenizer_dir(s.parquet, name_or_dir, s.manifest)
-        except BuildError as exc:
+            if directory not in loaded:
+                loaded[directory] = load_tokenizer(directory)
+        except BuildError as exc:  # the explanation stands without the text: ids say where
             return None, f"(token ids: {exc})"
-        if directory not in loaded:
-            loaded[directory] = load_tokenizer(directory)
         return loaded[directory], f"(decoded with {directory}; targets in [[...]])"
     return find
 
