@@ -68,7 +68,7 @@ class Diff:
         return not self.changes and (self.rows is None or self.rows.same) and self.same_bytes is not False
 
 
-def side(given: str | Path) -> Side:
+def read_side(given: str | Path) -> Side:
     """A row file, a manifest or a config, told apart by what the path holds or the name says."""
     path = Path(given)
     if path.is_file() and path.suffix == ".parquet":
@@ -96,11 +96,12 @@ def _unfaithful(digests: RowDigests, manifest: dict[str, Any] | None) -> str | N
     """Where a row file parts from its own manifest: its row_digests, then its segments_sha256."""
     if manifest is None:
         return None
-    recorded = from_hex(manifest.get("row_digests", []))
-    common = min(len(recorded), len(digests.rows))
-    parted = np.flatnonzero(recorded[:common] != digests.rows[:common])
-    if len(parted) or len(recorded) != len(digests.rows):
-        return f"from row {int(parted[0]) if len(parted) else common}"
+    if "row_digests" in manifest:  # a manifest may predate them
+        recorded = from_hex(manifest["row_digests"])
+        common = min(len(recorded), len(digests.rows))
+        parted = np.flatnonzero(recorded[:common] != digests.rows[:common])
+        if len(parted) or len(recorded) != len(digests.rows):
+            return f"from row {int(parted[0]) if len(parted) else common}"
     pinned_segments = (manifest.get("output") or {}).get("segments_sha256")
     if pinned_segments and pinned_segments != digests.segments_sha256:
         return "in its segment boundaries (segments_sha256)"
@@ -110,7 +111,7 @@ def _unfaithful(digests: RowDigests, manifest: dict[str, Any] | None) -> str | N
 def diff(a: str | Path, b: str | Path) -> Diff:
     """A and B compared: their pinned sections, then their rows where both have rows."""
     with ThreadPoolExecutor(2) as pool:  # hashing and parquet decoding release the GIL
-        one, two = pool.map(side, (a, b))
+        one, two = pool.map(read_side, (a, b))
     if (one.manifest is None or two.manifest is None) and (one.digests is None or two.digests is None):
         raise BuildError(f"nothing to compare: {one.given} and {two.given} have neither both a manifest nor both "
                          "rows (a config has pins only; a row file without a manifest, rows only)")
@@ -124,13 +125,14 @@ def diff(a: str | Path, b: str | Path) -> Diff:
     first = same_bytes = None
     if one.parquet is not None and two.parquet is not None:
         if rows.first_content is not None:
-            first = first_difference(one.parquet, two.parquet, rows.first_content, one.manifest, two.manifest)
+            first = read_first_difference(one.parquet, two.parquet, rows.first_content, one.manifest, two.manifest)
         elif rows.same:
             same_bytes = file_sha256(one.parquet) == file_sha256(two.parquet)
     return Diff(one, two, found, named, rows, first, same_bytes)
 
 
-def first_difference(a: Path, b: Path, row: int, manifest_a: dict | None, manifest_b: dict | None) -> FirstDifference:
+def read_first_difference(a: Path, b: Path, row: int, manifest_a: dict | None,
+                          manifest_b: dict | None) -> FirstDifference:
     """Row `row` of both files read back, and the first token where they part."""
     row_a = read_rows(open_parquet(a), a, row, continued_rows=(manifest_a or {}).get("continued_rows"))[0]
     row_b = read_rows(open_parquet(b), b, row, continued_rows=(manifest_b or {}).get("continued_rows"))[0]
@@ -141,7 +143,8 @@ def first_token(a: Row, b: Row) -> int:
     """The first token position where two rows differ in id or target, or where a segment of one starts
     with another id or at another token than the other's."""
     common = min(len(a.input_ids), len(b.input_ids))
-    parted = np.flatnonzero((a.input_ids[:common] != b.input_ids[:common]) | (a.loss_mask[:common] != b.loss_mask[:common]))
+    parted = np.flatnonzero((a.input_ids[:common] != b.input_ids[:common])
+                            | (a.loss_mask[:common] != b.loss_mask[:common]))
     token = int(parted[0]) if len(parted) else common
     for start_a, id_a, start_b, id_b in zip(a.seq_start_id.tolist(), a.conversation_ids, b.seq_start_id.tolist(),
                                             b.conversation_ids):

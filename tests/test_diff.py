@@ -44,7 +44,8 @@ def _make(directory: Path, **changes) -> Path:
     from databuild.config import load_config
 
     directory.mkdir(parents=True, exist_ok=True)
-    return make(load_config(write_config(directory / "config.yaml", **changes)), directory / "out", progress=False).parquet
+    config = load_config(write_config(directory / "config.yaml", **changes))
+    return make(config, directory / "out", progress=False).parquet
 
 
 def _copy(parquet: Path, directory: Path) -> Path:
@@ -95,6 +96,16 @@ def planted(tmp_path_factory):
     return builds
 
 
+def _rewritten(tiny_build, directory: Path, change, manifest: bool = True) -> Path:
+    """A copy of A, its rows rewritten by `change` (the manifest copied as it was, or left out)."""
+    parquet = _copy(tiny_build.parquet, directory)
+    if not manifest:
+        parquet.with_name(f"{TINY}.manifest.json").unlink()
+    rows = change(pq.read_table(parquet).to_pylist())
+    pq.write_table(pa.Table.from_pylist(rows, schema=pq.read_schema(parquet)), parquet, **WRITER_OPTIONS)
+    return parquet
+
+
 @pytest.fixture(scope="module")
 def copies(tiny_build, tmp_path_factory):
     """Copies of A changed after the build: its manifest (a library version), its rows (a mask bit, an order)."""
@@ -104,14 +115,14 @@ def copies(tiny_build, tmp_path_factory):
     data = json.loads(manifest.read_text())
     data["versions"]["transformers"] = "9.9.9"
     manifest.write_text(json.dumps(data))
-    out = {"version": version}
-    for name, change in (("mask", lambda r: r[:7] + [{**r[7], "loss_mask": [1 - r[7]["loss_mask"][0]] + r[7]["loss_mask"][1:]}] + r[8:]),
-                         ("order", lambda r: r[:3] + [r[4], r[3]] + r[5:])):
-        parquet = _copy(tiny_build.parquet, root / name)
-        rows = change(pq.read_table(parquet).to_pylist())
-        pq.write_table(pa.Table.from_pylist(rows, schema=pq.read_schema(parquet)), parquet, **WRITER_OPTIONS)
-        out[name] = parquet
-    return out
+    return {"version": version,
+            "mask": _rewritten(tiny_build, root / "mask", lambda r: r[:7] + [_flip_first_mask_bit(r[7])] + r[8:]),
+            "order": _rewritten(tiny_build, root / "order", lambda r: r[:3] + [r[4], r[3]] + r[5:])}
+
+
+def _flip_first_mask_bit(row: dict) -> dict:
+    """The row with the mask bit of its first token flipped."""
+    return {**row, "loss_mask": [1 - row["loss_mask"][0]] + row["loss_mask"][1:]}
 
 
 @pytest.mark.parametrize("cause, first_line", [
@@ -226,7 +237,8 @@ def test_the_python_api_returns_a_frozen_result(tiny_build, copies, planted):
     result = databuild.diff(tiny_build.parquet, copies["mask"])
     assert not result.identical and result.changes == () and result.causes == ()
     assert result.rows.kinds == ("masks",) and result.rows.differing == (7,) and result.b.unfaithful == "from row 7"
-    assert result.first.row == 7 and result.first.a.loss_mask[result.first.token] != result.first.b.loss_mask[result.first.token]
+    first = result.first
+    assert first.row == 7 and first.a.loss_mask[first.token] != first.b.loss_mask[first.token]
     with pytest.raises(dataclasses.FrozenInstanceError):
         result.rows = None
 
@@ -243,11 +255,14 @@ def test_verify_names_the_diff_command(tiny_build, copies):
     assert result.exit_code == 1
     manifest = copies["mask"].with_name(f"{TINY}.manifest.json")
     assert result.output.splitlines()[-1] == f"to see why: databuild diff {manifest} {copies['mask']}"
+    with pytest.raises(databuild.BuildError, match=r"more\); to see why: databuild diff \S+manifest.json \S+parquet$"):
+        databuild.verify(copies["mask"])
 
 
 def test_the_report_given_two_files_says_why_they_differ(tiny_build, copies, tmp_path):
     page = tmp_path / "page.html"
-    result = CliRunner().invoke(main, ["report", str(tiny_build.parquet), "-o", str(page), "--diff", str(copies["order"])])
+    result = CliRunner().invoke(main, ["report", str(tiny_build.parquet), "-o", str(page),
+                                       "--diff", str(copies["order"])])
     assert result.exit_code == 0, result.output
     text = page.read_text()
     assert f"<h2>Difference from {copies['order']}</h2><pre>differ: the rows only (same pins): 2 of 40 differ, in order" \
@@ -260,19 +275,11 @@ def test_a_config_against_a_file_without_manifest_has_nothing_to_compare(tiny_bu
     assert result.exit_code == 2 and result.output.startswith("error: nothing to compare: ")
 
 
-def _rewritten(tiny_build, directory: Path, change, manifest: bool = True) -> Path:
-    parquet = _copy(tiny_build.parquet, directory)
-    if not manifest:
-        parquet.with_name(f"{TINY}.manifest.json").unlink()
-    rows = change(pq.read_table(parquet).to_pylist())
-    pq.write_table(pa.Table.from_pylist(rows, schema=pq.read_schema(parquet)), parquet, **WRITER_OPTIONS)
-    return parquet
-
-
 def test_moved_boundaries_are_segment_differences(tiny_build, tmp_path):
     """Row 0's second segment starts one token later: the tokens and targets are the same."""
     starts = pq.read_table(tiny_build.parquet).column("seq_start_id")[0].as_py()
-    moved = _rewritten(tiny_build, tmp_path, lambda r: [{**r[0], "seq_start_id": [0, starts[1] + 1, *starts[2:]]}] + r[1:])
+    moved = _rewritten(tiny_build, tmp_path,
+                       lambda r: [{**r[0], "seq_start_id": [0, starts[1] + 1, *starts[2:]]}] + r[1:])
     result = diff_cli(tiny_build.parquet, moved)
     assert result.output.splitlines()[0].startswith("differ: the rows only (same pins): 1 of 40 differ, in segment "
                                                     "boundaries; B's rows do not match its own manifest in its "
@@ -284,5 +291,6 @@ def test_missing_rows_and_no_manifest(tiny_build, tmp_path):
     shorter = _rewritten(tiny_build, tmp_path, lambda r: r[:-2], manifest=False)
     result = diff_cli(tiny_build.parquet, shorter)
     assert result.exit_code == 1
-    assert result.output.splitlines()[0] == "differ: rows: 2 of 40 differ, in row count (no manifest for B: pins not compared)"
+    assert result.output.splitlines()[0] == \
+        "differ: rows: 2 of 40 differ, in row count (no manifest for B: pins not compared)"
     assert "first differing row 38: A has more rows" in result.output

@@ -31,7 +31,6 @@ class Change:
     b: Any
 
 
-
 def changes(a: Any, b: Any, where: str = "") -> Iterator[Change]:
     """Every leaf where two JSON values differ, in A's key order then B's extra keys; lists entry by
     entry, the longer one's extra entries against ABSENT."""
