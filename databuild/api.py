@@ -1,4 +1,4 @@
-"""The Python API, re-exported at the package level: make, verify, export, load.
+"""The Python API, re-exported at the package level: make, verify, diff, export, load.
 
 Every failure is a BuildError carrying the same one line the CLI prints (an OSError becomes one
 too, naming the file); a file that does not verify raises, it is never returned or loaded.
@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     import datasets
 
     from .build import BuildResult
+    from .compare import Diff
     from .export import ExportResult
     from .verify import Report
 
@@ -53,20 +54,34 @@ def verify(file: str | Path, *, manifest: str | Path | None = None, recipe: str 
     `databuild verify` does. Returns the report when every check holds (its warnings may be non-empty);
     raises BuildError with the first failure otherwise."""
     from .export.check import export_manifest_of, verify_export
-    from .verify import gather, verify as run_verify
+    from .verify import diff_hint, gather, verify as run_verify
 
     file = Path(file)
     manifest = Path(manifest) if manifest is not None else None
     described = export_manifest_of(file, manifest)
+    hint = None
     if described is not None:
         report = verify_export(file, described, Path(source) if source is not None else None)
     else:
-        report = run_verify(file, gather(file, manifest, Path(recipe) if recipe else None, rows_sha256,
-                                         parquet_sha256, segments_sha256))
+        expected = gather(file, manifest, Path(recipe) if recipe else None, rows_sha256, parquet_sha256,
+                          segments_sha256)
+        report = run_verify(file, expected)
+        hint = diff_hint(file, expected, report)
     if report.failures:
         more = f" (and {len(report.failures) - 1} more)" if len(report.failures) > 1 else ""
-        raise BuildError(f"{file} does not verify: {report.failures[0]}{more}")
+        raise BuildError(f"{file} does not verify: {report.failures[0]}{more}" + (f"; {hint}" if hint else ""))
     return report
+
+
+@_one_exception
+def diff(a: str | Path, b: str | Path) -> Diff:
+    """Why two builds differ, as `databuild diff A B` says it: each of `a` and `b` a row file (with
+    its manifest beside it), a manifest, or a config name or YAML (its pins, resolved offline, nothing
+    built). Returns the comparison (`Diff.identical`, its pin `changes` and `causes`, `rows`, the
+    `first` differing row read back from both files); raises BuildError when a side cannot be read."""
+    from .compare import diff as run_diff
+
+    return run_diff(a, b)
 
 
 @_one_exception

@@ -14,7 +14,7 @@ os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 if not sys.stderr.isatty():
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
-from .cli_view import report, show
+from .cli_view import diff, report, show
 from .errors import BuildError, one_line_errors
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -29,6 +29,7 @@ def main():
       databuild fetch muse-spark-tulu3-fixed8192-v1
       databuild make muse-spark-tulu3-fixed8192-v1 --offline
       databuild hash build/muse-spark-tiny-fixed512-v1.parquet
+      databuild diff build/muse-spark-tiny-fixed512-v1.parquet theirs/muse-spark-tiny-fixed512-v1.parquet
       databuild export build/muse-spark-tiny-fixed512-v1.parquet --to hf -o out/tiny-hf.parquet
     """
 
@@ -201,8 +202,9 @@ def verify_command(parquet, manifest, recipe, rows_sha256, parquet_sha256, segme
       databuild verify out/tiny-hf.parquet --from build/muse-spark-tiny-fixed512-v1.parquet
     """
     from .export.check import export_manifest_of, verify_export
-    from .verify import EXIT_DIFFERENT, gather, verify
+    from .verify import EXIT_DIFFERENT, diff_hint, gather, verify
 
+    hint = None
     try:
         described = export_manifest_of(parquet, manifest)
         if described is None and source is not None:
@@ -212,6 +214,7 @@ def verify_command(parquet, manifest, recipe, rows_sha256, parquet_sha256, segme
         else:
             expected = gather(parquet, manifest, recipe, rows_sha256, parquet_sha256, segments_sha256)
             report, checked = verify(parquet, expected), ", ".join(sorted({e.field for e in expected.checks}))
+            hint = diff_hint(parquet, expected, report)
     except BuildError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_DIFFERENT)
@@ -219,6 +222,8 @@ def verify_command(parquet, manifest, recipe, rows_sha256, parquet_sha256, segme
         click.echo(f"warning: {line}", err=True)
     for line in report.failures:
         click.echo(f"FAILED {line}", err=True)
+    if hint:
+        click.echo(hint, err=True)
     if not report.failures:
         click.echo(f"verified {parquet}: {checked}" + (f", and a fresh export of {source}" if source else ""))
     sys.exit(report.exit_code)
@@ -264,3 +269,4 @@ def export_command(parquet, to, out):
 
 main.add_command(show)
 main.add_command(report)
+main.add_command(diff)

@@ -1,4 +1,4 @@
-"""`databuild show` and `databuild report`: look at the rows a build wrote.
+"""`databuild show`, `databuild report` and `databuild diff`: look at the rows a build wrote.
 
 cli.py registers these commands (main.add_command).
 """
@@ -13,6 +13,7 @@ import click
 from .errors import one_line_errors
 
 
+EXIT_USAGE = 2  # diff: usage error or unreadable input; 0 and 1 say identical or not
 _TOKENIZER_HELP = ("A tokenizer directory, or a config name whose tokenizer to use. Default: the one the "
                    "manifest beside PARQUET pins, from the hub cache or a config's tokenizer dir.")
 
@@ -68,8 +69,11 @@ def show(parquet, row, name_or_dir, color):
               help="How many of the first rows the row viewer shows.")
 @click.option("--tokenizer", "name_or_dir", metavar="NAME_OR_DIR",
               help=_TOKENIZER_HELP + " Without one, the viewer shows token ids.")
+@click.option("--diff", "against", metavar="OTHER",
+              help="Another row file, manifest or config: the page gets a section saying why they differ "
+                   "(`databuild diff PARQUET OTHER`).")
 @one_line_errors
-def report(parquet, output, rows, name_or_dir):
+def report(parquet, output, rows, name_or_dir, against):
     """Write one self-contained HTML page about PARQUET: summary, pins, charts and a row viewer.
 
     The page loads nothing from anywhere (inline CSS and SVG), so it opens offline and can be
@@ -79,14 +83,49 @@ def report(parquet, output, rows, name_or_dir):
     Examples:
       databuild report build/muse-spark-tiny-fixed512-v1.parquet
       databuild report rows.parquet -o /tmp/rows.html --rows 3 --tokenizer ./tokenizer
+      databuild report build/NAME.parquet --diff theirs/NAME.parquet
     """
     from .errors import BuildError
     from .views.report import render_report
 
-    page = render_report(parquet, rows, name_or_dir)
+    page = render_report(parquet, rows, name_or_dir, against)
     output = output or Path(parquet.name.removesuffix(".parquet") + ".report.html")
     try:
         output.write_text(page, encoding="utf-8")
     except OSError as exc:
         raise BuildError(f"{output}: cannot write: {exc.strerror or exc}") from None
     click.echo(f"{output} ({len(page.encode('utf-8')):,} bytes)")
+
+
+@click.command("diff")
+@click.argument("a", metavar="A")
+@click.argument("b", metavar="B")
+@click.option("--all", "everything", is_flag=True, help="List every differing pin (default: the first 12).")
+@click.option("--tokenizer", "name_or_dir", metavar="NAME_OR_DIR",
+              help="A tokenizer directory or config name to decode both sides with. Default: each side's "
+                   "pinned one, as for show; token ids where it is not on this machine.")
+@one_line_errors(status=EXIT_USAGE)
+def diff(a, b, everything, name_or_dir):
+    """Say why two builds differ: first what they were made from, then their rows.
+
+    A and B are each a row file (with its manifest beside it), a manifest alone, or a config (name or
+    YAML: its pinned inputs, resolved and hashed offline, nothing built). The first line names the
+    causes; then each pin that differs, A's and B's values side by side; then how many rows and
+    conversations differ, in what (ids, masks, segment boundaries, order, row count); then the first
+    differing conversation decoded from both, targets in [[...]], ▶ at the first differing token.
+
+    \b
+    Exit codes: 0 identical (same pins, same rows), 1 they differ, 2 usage error or unreadable input.
+    \b
+    Examples:
+      databuild diff build/muse-spark-tiny-fixed512-v1.parquet theirs/muse-spark-tiny-fixed512-v1.parquet
+      databuild diff build/NAME.manifest.json rows.parquet          # after verify fails
+      databuild diff build/NAME.parquet muse-spark-tiny-fixed512-v1  # against the config, nothing built
+      databuild diff configs/v1.yaml configs/v2.yaml --all
+    """
+    from .compare import diff as run_diff
+    from .views.diff import pinned_tokenizers, render
+
+    result = run_diff(a, b)
+    click.echo(render(result, pinned_tokenizers(name_or_dir), everything), nl=False)
+    sys.exit(0 if result.identical else 1)

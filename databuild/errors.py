@@ -27,9 +27,13 @@ def os_error_line(exc: OSError) -> str:
     return f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else "")
 
 
-def one_line_errors(command):
-    """A CLI command whose failures are one line on stderr and an exit status, never a traceback."""
+def one_line_errors(command=None, *, status: int = EXIT_FAILED):
+    """A CLI command whose failures are one line on stderr and exit `status`, never a traceback.
+    `@one_line_errors` or, for another status, `@one_line_errors(status=2)`."""
     import click
+
+    if command is None:
+        return functools.partial(one_line_errors, status=status)
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
@@ -37,10 +41,10 @@ def one_line_errors(command):
             return command(*args, **kwargs)
         except BuildError as exc:
             click.echo(f"error: {exc}", err=True)
-            sys.exit(EXIT_FAILED)
+            sys.exit(status)
         except OSError as exc:
             click.echo(f"error: {os_error_line(exc)}", err=True)
-            sys.exit(EXIT_FAILED)
+            sys.exit(status)
         except KeyboardInterrupt:
             click.echo("error: interrupted; nothing was written under the final names", err=True)
             sys.exit(130)

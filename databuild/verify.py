@@ -43,6 +43,7 @@ class Expected:
     checks: list[Expectation]
     row_digests: list[str] | None = None
     built_with: dict[str, str] | None = None
+    manifest: Path | None = None  # the manifest the checks come from, if any: `databuild diff` explains with it
 
 
 @dataclass
@@ -191,4 +192,11 @@ def gather(parquet: Path, manifest: Path | None = None, recipe: Path | None = No
         expectations.append(Expectation("parquet_sha256", parquet_sha256.lower(), "--parquet-sha256"))
     if segments_sha256 is not None:
         expectations.append(Expectation(SEGMENT_FIELD, segments_sha256.lower(), "--segments-sha256"))
-    return Expected(expectations, digests, versions)
+    return Expected(expectations, digests, versions, manifest)
+
+
+def diff_hint(parquet: Path, expected: Expected, report: Report) -> str | None:
+    """The command that explains a failure, where a manifest says what was expected and the file is readable."""
+    if not report.failures or report.unreadable or expected.manifest is None:
+        return None
+    return f"to see why: databuild diff {expected.manifest} {parquet}"

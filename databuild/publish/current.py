@@ -14,6 +14,7 @@ from typing import Any
 
 from ..errors import BuildError
 from .manifest import manifest_path
+from .manifest_diff import ABSENT, changes
 from .manifest_read import read_manifest
 
 PINNED = ("format", "name", "build", "inputs", "versions")
@@ -30,28 +31,13 @@ def _show(value: Any) -> str:
     return text if len(text) <= SHOWN else text[:SHOWN - 3] + "..."
 
 
-def first_difference(found: Any, expected: Any, where: str = "") -> str | None:
+def first_difference(found: Any, expected: Any) -> str | None:
     """The first place two JSON values differ, as 'KEY: VALUE in the build's manifest, VALUE now'."""
-    if isinstance(found, dict) and isinstance(expected, dict):
-        for key in list(expected) + [k for k in found if k not in expected]:
-            path = f"{where}.{key}" if where else key
-            if key not in found:
-                return f"{path}: absent from the build's manifest, {_show(expected[key])} now"
-            if key not in expected:
-                return f"{path}: {_show(found[key])} in the build's manifest, absent now"
-            if (difference := first_difference(found[key], expected[key], path)) is not None:
-                return difference
+    change = next(changes(found, expected), None)
+    if change is None:
         return None
-    if isinstance(found, list) and isinstance(expected, list) and len(found) == len(expected):
-        for index, (a, b) in enumerate(zip(found, expected)):
-            if (difference := first_difference(a, b, f"{where}[{index}]")) is not None:
-                return difference
-        return None
-    if isinstance(found, list) and isinstance(expected, list):
-        return f"{where}: {len(found)} entries in the build's manifest, {len(expected)} now"
-    if type(found) is not type(expected) or found != expected:
-        return f"{where}: {_show(found)} in the build's manifest, {_show(expected)} now"
-    return None
+    old = "absent from the build's manifest" if change.a is ABSENT else f"{_show(change.a)} in the build's manifest"
+    return f"{change.key}: {old}, {'absent' if change.b is ABSENT else _show(change.b)} now"
 
 
 def stale_reason(parquet: Path, expected: dict[str, Any]) -> str | None:

@@ -190,8 +190,17 @@ def _viewer_tokenizer(path: Path, name_or_dir: str | None, manifest: dict | None
         return None, f"Token ids shown, not text: {exc}. Supervised tokens are highlighted."
 
 
-def render_report(path: Path, rows: int = 8, name_or_dir: str | None = None) -> str:
-    """The whole page, as one string."""
+def difference(path: Path, against: str, name_or_dir: str | None) -> str:
+    """`databuild diff PATH AGAINST`'s text, as a section of the page."""
+    from ..compare import diff
+    from .diff import pinned_tokenizers, render
+
+    text = render(diff(path, against), pinned_tokenizers(name_or_dir))
+    return f"<h2>Difference from {html.escape(str(against))}</h2><pre>{html.escape(text)}</pre>"
+
+
+def render_report(path: Path, rows: int = 8, name_or_dir: str | None = None, against: str | None = None) -> str:
+    """The whole page, as one string; with `against`, a section saying why the two differ."""
     parquet, manifest = open_parquet(path), manifest_beside(path)
     stats = row_stats(parquet, path)
     shown = min(rows, len(stats.tokens))
@@ -199,12 +208,13 @@ def render_report(path: Path, rows: int = 8, name_or_dir: str | None = None) -> 
     name = (manifest or {}).get("name") or path.name.removesuffix(".parquet")
     row_tokens = int(stats.tokens.max(initial=0))  # the file's, for the charts: checks() flags a manifest that differs
     warnings = "".join(f'<div class="warn">{html.escape(w)}</div>' for w in checks(path, stats, manifest))
+    compared = difference(path, against, name_or_dir) if against is not None else ""
     # the per-row figures, machine-readable (numbers only, so nothing in them needs escaping)
     data = json.dumps({"supervised": stats.supervised.tolist(), "conversation_segments": stats.segments.tolist()},
                       separators=(",", ":"))
     return (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" '
             f'content="width=device-width,initial-scale=1"><title>{html.escape(name)}: databuild report</title>'
             f'<style>{CSS}</style></head><body><main><h1>{html.escape(name)}</h1><p class="sub">'
-            f'{html.escape(str(path))}</p>{warnings}{summary(path, stats, manifest)}<h2>Charts</h2>'
+            f'{html.escape(str(path))}</p>{warnings}{summary(path, stats, manifest)}{compared}<h2>Charts</h2>'
             f"{chart_grid(stats, manifest, row_tokens)}<h2>First {shown} rows</h2>{rows_html}<h2>Pins</h2>"
             f'{pins(manifest)}<script type="application/json" id="row-stats">{data}</script></main></body></html>\n')

@@ -1,0 +1,154 @@
+"""Per-row and per-conversation digests of a row file, and where two files' digests part: what
+`databuild diff` compares before it decodes anything.
+
+One pass, one row group in memory at a time. For each row: the digest of its bytes as data/README.md
+defines them for `row_digests` (input_ids as <i4, then loss_mask as one byte a token), of its ids
+alone, of its mask alone, and of its boundaries (`segment_bytes`). For each conversation id: the
+digests of its tokens and of its targets over every segment it has, in file order, so that a
+conversation cut across two rows in one file and whole in the other compares equal. Digests are kept
+as their first 8 bytes (a big-endian uint64: the manifest's 16 hex digits), compared with numpy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .hashes import _values, check_row_group, open_row_file, read_row_group, row_bytes, segment_bytes
+
+ORDER, IDS, MASKS, SEGMENTS, COUNT = "order", "ids", "masks", "segment boundaries", "row count"
+MOVED_SHOWN = 5  # (B row, A row) pairs kept as examples
+
+
+def _u64(digests: list[bytes]) -> np.ndarray:
+    return np.frombuffer(b"".join(d[:8] for d in digests), dtype=">u8").astype(np.uint64)
+
+
+def from_hex(row_digests: list[str]) -> np.ndarray:
+    """A manifest's row_digests as uint64."""
+    return np.array([int(h, 16) for h in row_digests], dtype=np.uint64)
+
+
+@dataclass(frozen=True)
+class RowDigests:
+    """A row file's digests; from a manifest, its row digests alone (the other fields None)."""
+    rows: np.ndarray  # uint64 per row: the manifest's row_digests
+    ids: np.ndarray | None = None  # uint64 per row: sha256 of its input_ids bytes
+    masks: np.ndarray | None = None  # uint64 per row: sha256 of its loss_mask bytes
+    segments: np.ndarray | None = None  # uint64 per row: sha256 of its segment_bytes
+    conversations: dict[str, tuple[bytes, bytes]] | None = None  # id -> (tokens digest, targets digest)
+    segments_sha256: str | None = None  # as the manifest's output.segments_sha256
+
+
+def digest_rows(path: Path) -> RowDigests:
+    parquet = open_row_file(path)
+    rows, ids, masks, segments, first, boundaries = [], [], [], [], 0, hashlib.sha256()
+    tokens: dict[str, hashlib._Hash] = {}
+    targets: dict[str, hashlib._Hash] = {}
+    for group in range(parquet.num_row_groups):
+        table = read_row_group(parquet, group, path)
+        check_row_group(table, first, path)
+        count, first = table.num_rows, first + table.num_rows
+        if not count:
+            continue
+        id_values, _ = _values(table.column("input_ids"))
+        mask_values, _ = _values(table.column("loss_mask"))
+        data = row_bytes(id_values.reshape(count, -1), mask_values.reshape(count, -1))
+        width = data.shape[1] // 5 * 4  # the ids' bytes; the mask's follow
+        for row, starts, conversation_ids in zip(data, table.column("seq_start_id").to_pylist(),
+                                                  table.column("conversation_ids").to_pylist()):
+            row_ids, row_mask = row[:width], row[width:]
+            whole = hashlib.sha256(row_ids)  # the row's digest continues its ids': they are hashed once
+            ids.append(whole.digest())
+            whole.update(row_mask)
+            rows.append(whole.digest())
+            masks.append(hashlib.sha256(row_mask).digest())
+            row_segments = segment_bytes(starts, conversation_ids)
+            boundaries.update(row_segments)
+            segments.append(hashlib.sha256(row_segments).digest())
+            for start, end, conversation in zip(starts, starts[1:] + [len(row_mask)], conversation_ids):
+                if conversation:  # "" is padding
+                    tokens.setdefault(conversation, hashlib.sha256()).update(row_ids[4 * start:4 * end])
+                    targets.setdefault(conversation, hashlib.sha256()).update(row_mask[start:end])
+    return RowDigests(_u64(rows), _u64(ids), _u64(masks), _u64(segments),
+                      {c: (tokens[c].digest(), targets[c].digest()) for c in tokens}, boundaries.hexdigest())
+
+
+@dataclass(frozen=True)
+class RowsDiff:
+    """Where two row files (or one and a manifest's row digests) differ, row by row. A row of B that
+    stands at another position in A counts as moved (order), not as a content difference."""
+    rows_a: int
+    rows_b: int
+    differing: tuple[int, ...]  # positions present in both whose rows or boundaries differ, in order
+    moved: tuple[tuple[int, int], ...] = ()  # (B row, A row), the first MOVED_SHOWN
+    moved_count: int = 0
+    in_ids: int | None = None  # rows whose tokens differ (None: not known from row digests alone)
+    in_masks: int | None = None  # rows whose targets differ
+    in_segments: int | None = None  # rows with equal tokens and targets whose boundaries differ
+    first_content: int | None = None  # the first differing position that is not a moved row
+    conversations: ConversationsDiff | None = None
+
+    @property
+    def first(self) -> int | None:
+        """The first differing position, a missing or extra row included."""
+        if self.differing:
+            return self.differing[0]
+        return min(self.rows_a, self.rows_b) if self.rows_a != self.rows_b else None
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """Which of ids, masks, segment boundaries, order and row count the differences are in."""
+        counted = ((IDS, self.in_ids), (MASKS, self.in_masks), (SEGMENTS, self.in_segments),
+                   (ORDER, self.moved_count), (COUNT, abs(self.rows_a - self.rows_b)))
+        return tuple(kind for kind, count in counted if count)
+
+    @property
+    def same(self) -> bool:
+        return self.first is None
+
+
+@dataclass(frozen=True)
+class ConversationsDiff:
+    """Conversations by id: those in both files whose tokens or targets differ, and those in one only."""
+    total: int  # ids in either file
+    changed: tuple[str, ...] = field(default=())  # in both, other tokens or targets, in A's order
+    only_a: int = 0
+    only_b: int = 0
+
+    @property
+    def differing(self) -> int:
+        return len(self.changed) + self.only_a + self.only_b
+
+
+def compare_rows(a: RowDigests, b: RowDigests) -> RowsDiff:
+    common = min(len(a.rows), len(b.rows))
+    content = a.rows[:common] != b.rows[:common]
+    full = a.segments is not None and b.segments is not None
+    if full:
+        content |= a.segments[:common] != b.segments[:common]
+    differing = np.flatnonzero(content)
+    where_in_a: dict[int, int] = {}
+    for index, digest in enumerate(a.rows.tolist()):
+        where_in_a.setdefault(digest, index)
+    moved = [(int(i), where_in_a[int(b.rows[i])]) for i in differing
+             if a.rows[i] != b.rows[i] and int(b.rows[i]) in where_in_a]
+    moved_rows = np.array([m for m, _ in moved], dtype=np.int64)
+    kept = differing[~np.isin(differing, moved_rows)]
+    counts = {}
+    if full:
+        ids_differ = a.ids[kept] != b.ids[kept]
+        masks_differ = a.masks[kept] != b.masks[kept]
+        counts = dict(in_ids=int(ids_differ.sum()), in_masks=int(masks_differ.sum()),
+                      in_segments=int((~ids_differ & ~masks_differ).sum()))
+    conversations = None
+    if a.conversations is not None and b.conversations is not None:
+        changed = tuple(c for c, d in a.conversations.items() if c in b.conversations and b.conversations[c] != d)
+        conversations = ConversationsDiff(len(a.conversations.keys() | b.conversations.keys()), changed,
+                                          len(a.conversations.keys() - b.conversations.keys()),
+                                          len(b.conversations.keys() - a.conversations.keys()))
+    return RowsDiff(len(a.rows), len(b.rows), tuple(differing.tolist()), tuple(moved[:MOVED_SHOWN]), len(moved),
+                    first_content=int(kept[0]) if len(kept) else None, conversations=conversations, **counts)
