@@ -92,9 +92,9 @@ class Adapter:
             if problem is None and kind is not None and not is_string(kind) and not (
                     column == "id" and pa.types.is_integer(kind)):
                 problem = f"column '{column}' is {kind}"
-        if problem is None and self.tools in schema.names:
+        if problem is None and self.tools in schema.names and self.tools not in self.ignore:
             kind = schema.field(self.tools).type
-            if not (is_string(kind) or is_list(kind)):
+            if not (is_string(kind) or is_list(kind) or pa.types.is_null(kind)):  # null: none has tools
                 problem = f"column '{self.tools}' is {kind}, not a list of function schemas or its JSON text"
             else:
                 problem = json_type_problem(kind, f"column '{self.tools}'")
@@ -108,7 +108,8 @@ class Adapter:
         return None
 
     def read_columns(self, schema: pa.Schema) -> list[str]:
-        return [c for c in (*self.message_columns, "id", "source", self.tools) if c in schema.names]
+        return [c for c in (*self.message_columns, "id", "source", self.tools)
+                if c in schema.names and c not in self.ignore]
 
     def message_struct_problem(self, schema: pa.Schema, column: str, role: str, content: str) -> str | None:
         """Why `column` is not a list of structs with string `role` and `content` and fields of JSON
@@ -140,7 +141,8 @@ class Adapter:
         problems: dict[int, str] = {}
         roles = self.record_roles(pc.struct_field(flat, role).cast(pa.string()), offsets, problems)
         names = [child.name for child in flat.type]
-        carried = {source: record for record, source in self.record_fields if source in names}
+        record_of = {source: record for record, source in self.record_fields}
+        carried = {name: record_of[name] for name in names if name in record_of and name not in self.ignore}
         for name in names:
             if name in (role, content) or name in carried or name in self.ignore:
                 continue
@@ -183,7 +185,7 @@ class Adapter:
 
     def tools_column(self, batch: pa.RecordBatch, problems: dict[int, str]) -> pa.Array:
         """The normalised `tools` text of each row (null: no tools list), refusing what is not one."""
-        if self.tools not in batch.schema.names:
+        if self.tools not in batch.schema.names or self.tools in self.ignore:
             return pa.nulls(batch.num_rows, pa.string())
         column = batch.column(self.tools)
         rows = np.flatnonzero(column.is_valid().to_numpy(zero_copy_only=False))
