@@ -82,11 +82,12 @@ def tools_tokenizer(tmp_path_factory) -> Path:
     return directory
 
 
-def config_for(tmp_path: Path, tokenizer: Path, source: Path, fmt, rows: int, **entry) -> Path:
+def config_for(tmp_path: Path, tokenizer: Path, source: Path, fmt, rows: int, row_tokens: int = ROW_TOKENS,
+               **entry) -> Path:
     pins = {n: hashlib.sha256((tokenizer / n).read_bytes()).hexdigest()
             for n in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")}
     return write_config(tmp_path / "agentic.yaml", name="agentic", loss_mask="assistant", rows=rows,
-                        row_tokens=ROW_TOKENS, source=None, on_bad_conversation=entry.pop("policy", "error"),
+                        row_tokens=row_tokens, source=None, on_bad_conversation=entry.pop("policy", "error"),
                         sources=[{"repo": "org/agentic", "revision": COMMIT, "dir": str(source), "format": fmt,
                                   **entry}], tokenizer={"dir": str(tokenizer), "sha256": pins})
 
@@ -400,3 +401,55 @@ def test_round_trip_through_parquet_and_the_spill(tmp_path_factory, tools_tokeni
         # and the values the source wrote: arguments text unchanged, reasoning where it was put
         for got, wrote in zip(record.messages, messages):
             assert {k: v for k, v in got.items() if v is not None} == {k: v for k, v in wrote.items() if v is not None}
+
+
+# show and report: tool calls, tool results and reasoning marked from the template's markup.
+
+def test_regions_follow_the_markup_and_close_at_the_segment_end():
+    from databuild.views.marks import Region, regions
+
+    text = ("<|im_start|>assistant\n<think>\nhm\n</think>\n\n<tool_call>\n{}\n</tool_call><|im_end|>\n"
+            "<|im_start|>user\n<tool_response>\n5\n</tool_response><|im_end|>\n<|im_start|>assistant\n<think>\ncut")
+    think, call_at, result = text.index("<think>"), text.index("<tool_call>"), text.index("<tool_response>")
+    assert regions(text) == [
+        Region(think, text.index("</think>") + 8, "reasoning"),
+        Region(call_at, text.index("</tool_call>") + 12, "tool call"),
+        Region(result, text.index("</tool_response>") + 16, "tool result"),
+        Region(text.rindex("<think>"), len(text), "reasoning")]
+    # a conversation continued from an earlier row: the region it was in runs from the start
+    assert regions("x}\n</tool_call><|im_end|>") == [Region(0, 15, "tool call")]
+    harmony = ("<|start|>assistant<|channel|>analysis<|message|>Think.<|end|><|start|>assistant<|channel|>commentary "
+               "to=functions.f <|constrain|>json<|message|>{}<|call|><|start|>functions.f to=assistant<|channel|>"
+               "commentary<|message|>1<|end|>")
+    assert [r.kind for r in regions(harmony)] == ["reasoning", "tool call", "tool result"]
+    assert regions("plain <|im_start|>user\nHi<|im_end|>") == []
+
+
+def test_show_marks_tool_calls_results_and_reasoning(tmp_path, tools_tokenizer):
+    from test_build import run_cli
+
+    rows = [{"id": f"r{i}", "messages": m, "tools": t} for i, (m, t) in enumerate(conversations(False))]
+    root = write_source(tmp_path / "src", [pa.Table.from_pylist(rows)])
+    config = load_config(config_for(tmp_path, tools_tokenizer, root, "messages", 2, row_tokens=512))
+    result = make(config, tmp_path / "out", progress=False)
+    shown = "".join(run_cli("show", str(result.parquet), "--row", str(k), "--tokenizer", str(tools_tokenizer),
+                            "--color", "never").stdout for k in range(2))
+    assert "⟨tool call⟩[[<tool_call>\n{\"name\": \"get_time\"" in shown
+    assert "</tool_call>]]⟨/tool call⟩" in shown
+    assert "⟨tool result⟩<tool_response>\n" in shown and "</tool_response>⟨/tool result⟩" in shown
+    assert "⟨reasoning⟩[[<think>\n" in shown and "</think>]]⟨/reasoning⟩" in shown
+    assert shown.count("⟨tool call⟩") == shown.count("⟨/tool call⟩")
+    page = run_cli("report", str(result.parquet), "-o", str(tmp_path / "r.html"), "--rows", "2",
+                   "--tokenizer", str(tools_tokenizer))
+    assert page.returncode == 0
+    html_page = (tmp_path / "r.html").read_text()
+    assert '<span class="region tool-call">⟨tool call⟩</span>' in html_page
+    assert '<span class="region tool-result">⟨/tool result⟩</span>' in html_page
+    assert '<span class="region reasoning">⟨reasoning⟩</span>' in html_page
+
+
+def test_plain_chat_rows_show_no_marks(tiny_build):
+    from test_build import run_cli
+
+    shown = run_cli("show", str(tiny_build.parquet), "--row", "5", "--color", "never").stdout
+    assert "[[" in shown and "⟨" not in shown
