@@ -60,7 +60,7 @@ class SourceFile:
     name: str  # path relative to the source root, as recorded in the manifest
     rows: int
     first_index: int  # of its first row among the rows of every file of every source, in config order
-    message_bytes: int  # the message columns' uncompressed size, from the parquet metadata
+    message_bytes: int  # the message and tools columns' uncompressed size, from the parquet metadata
     source: str  # the config's repo of its source: names it in errors, stands in for a missing source column
     adapter: Adapter  # its source's format
 
@@ -82,7 +82,7 @@ def source_files(root: Path, split: str, adapter: Adapter, source: str, first: i
         if problem is not None:
             raise BuildError(f"{name}: schema: {problem}")
         files.append(SourceFile(path, name, meta.metadata.num_rows, first,
-                                _message_bytes(meta.metadata, adapter.message_columns), source, adapter))
+                                _message_bytes(meta.metadata, (*adapter.message_columns, adapter.tools)), source, adapter))
         first += meta.metadata.num_rows
     return files
 
