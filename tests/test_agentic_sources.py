@@ -281,6 +281,7 @@ WHERE = "org/agentic: data/train-00000-of-00001.parquet: row 1 (id 'b')"
     ({"role": "assistant", "content": "x", "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f"}}]},
      "message 1: tool_calls[0] function.arguments is null, not a JSON string or an object"),
     ({"role": "assistant", "content": "x", "reasoning": 3}, "message 1: reasoning is a number, not a string"),
+    ({"role": "assistant", "content": "x", "tool_calls": "[{\"function\": "}, "message 1: tool_calls is not JSON text"),
 ])
 def test_what_the_record_cannot_carry_is_refused_by_name(tmp_path, tools_tokenizer, message, reason):
     good = {"id": "a", "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}
@@ -316,6 +317,15 @@ def test_an_unknown_column_refuses_the_file_and_ignore_fields_builds_without_it(
     assert result.data["counts"]["sources"][0]["messages"]["reasoning_turns"] == 0
     with prepare(config) as prepared:
         assert not any("reasoning_content" in m for c in prepared.conversations() for m in c.messages)
+
+
+def test_tool_calls_as_json_text_are_the_list_they_spell(tmp_path, tools_tokenizer):
+    rows = [{"id": f"j{i}", "messages": [{**m, "tool_calls": json.dumps(m["tool_calls"])} if m.get("tool_calls") else
+                                         {**m, "tool_calls": None} for m in msgs], "tools": t}
+            for i, (msgs, t) in enumerate(conversations(True))]
+    root = write_source(tmp_path / "src", [pa.Table.from_pylist(rows)])
+    build_and_compare(tmp_path, tools_tokenizer, root, "messages", lambda r: [
+        {**m, "tool_calls": json.loads(m["tool_calls"])} if m["tool_calls"] else m for m in r["messages"]])
 
 
 def test_sharegpt_function_call_values_are_checked(tmp_path, tools_tokenizer):

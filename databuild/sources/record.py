@@ -78,6 +78,11 @@ def fields_text(fields: dict[str, Any], role: str | None) -> tuple[str | None, s
     """(the normalised `fields` text of a message's extra fields, in their order, null ones left
     out; or None when it has none) and why they cannot be carried, or None."""
     present = {key: value for key, value in fields.items() if value is not None}
+    if isinstance(present.get("tool_calls"), str):  # the list as JSON text (a string column): parsed
+        try:
+            present["tool_calls"] = parse_json(present["tool_calls"])
+        except ValueError as exc:
+            return None, f"tool_calls is not JSON text ({exc})"
     for key, value in present.items():
         problem = field_problem(key, value, role)
         if problem is not None:
