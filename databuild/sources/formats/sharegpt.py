@@ -97,12 +97,15 @@ class ShareGPT(MessageColumn):
         problems = dict(flat.problems)
         for item, value in zip(items.tolist(), python_values(flat.contents.take(taken))):
             calls, problem = function_call(value)
+            written = json.loads(fields[item] or "{}")
+            if problem is None and "tool_calls" in written:
+                problem = "a function_call message with tool_calls of its own as well"
             if problem is not None:
                 row = row_of(flat.offsets, item)
                 problems.setdefault(row, f"message {item - flat.offsets[row]}: {problem}")
                 continue
             contents[item] = None
-            fields[item] = json.dumps({"tool_calls": calls, **json.loads(fields[item] or "{}")}, ensure_ascii=False)
+            fields[item] = json.dumps({"tool_calls": calls, **written}, ensure_ascii=False)
         return replace(flat, contents=pa.array(contents, pa.string()), fields=pa.array(fields, pa.string()),
                        problems=problems)
 
