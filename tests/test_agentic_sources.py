@@ -194,6 +194,17 @@ def test_messages_format_carries_tool_calls_results_tools_and_reasoning(tmp_path
         "tool_calls": 24, "tool_results": 24, "reasoning_turns": 36, "conversations_with_tools": 12}
 
 
+def test_agentic_builds_do_not_depend_on_workers_batches_or_window(tmp_path, tools_tokenizer):
+    rows = [{"id": f"r{i}", "messages": m, "tools": None if t is None else json.dumps(t)}
+            for i, (m, t) in enumerate(conversations(True))]
+    root = write_source(tmp_path / "src", [pa.Table.from_pylist(rows[:7]), pa.Table.from_pylist(rows[7:])])
+    config = load_config(config_for(tmp_path, tools_tokenizer, root, "messages", 6))
+    first = make(config, tmp_path / "one", progress=False)
+    again = make(config, tmp_path / "two", workers=2, batch_size=3, window=4, progress=False)
+    assert again.parquet.read_bytes() == first.parquet.read_bytes()
+    assert again.manifest.read_bytes() == first.manifest.read_bytes()
+
+
 def sharegpt_row(messages: list[dict], tools, hermes: bool) -> dict:
     """A conversation the way LLaMA-Factory's sharegpt sets (glaive-toolcall, APIGen-MT) write it:
     a system column, function_call values of one call or a list, observation results, tools as JSON
@@ -259,8 +270,8 @@ def test_a_column_mapping_names_every_field(tmp_path, tools_tokenizer):
 
 # Refusals: one line naming the source, file, row, id and what is not carried.
 
-def refused_build(tmp_path, tools_tokenizer, rows: list[dict], fmt="messages", **entry):
-    root = write_source(tmp_path / "src", [pa.Table.from_pylist(rows)])
+def refused_build(tmp_path, tools_tokenizer, rows: list[dict], fmt="messages", schema=None, **entry):
+    root = write_source(tmp_path / "src", [pa.Table.from_pylist(rows, schema=schema)])
     config = load_config(config_for(tmp_path, tools_tokenizer, root, fmt, 1, **entry))
     with pytest.raises(BuildError) as error:
         make(config, tmp_path / "out", progress=False)
@@ -326,6 +337,16 @@ def test_tool_calls_as_json_text_are_the_list_they_spell(tmp_path, tools_tokeniz
     root = write_source(tmp_path / "src", [pa.Table.from_pylist(rows)])
     build_and_compare(tmp_path, tools_tokenizer, root, "messages", lambda r: [
         {**m, "tool_calls": json.loads(m["tool_calls"])} if m["tool_calls"] else m for m in r["messages"]])
+
+
+def test_a_field_of_a_type_without_json_values_refuses_the_file(tmp_path, tools_tokenizer):
+    kind = pa.list_(pa.struct([("role", pa.string()), ("content", pa.string()), ("tool_call_id", pa.binary())]))
+    table = pa.table({"id": ["a"], "messages": pa.array([[{"role": "user", "content": "hi", "tool_call_id": b"x"}]],
+                                                        kind)})
+    error = refused_build(tmp_path, tools_tokenizer, table.to_pylist(), schema=pa.schema([("id", pa.string()),
+                                                                                          ("messages", kind)]))
+    assert "data/train-00000-of-00001.parquet: schema: messages field 'tool_call_id' is binary, which has no " \
+           "JSON value" in error
 
 
 def test_sharegpt_function_call_values_are_checked(tmp_path, tools_tokenizer):
