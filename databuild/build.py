@@ -89,13 +89,15 @@ def manifest_of(build: Pinned | Prepared, parquet_name: str, stats: PackStats | 
     """The manifest of `build`; without stats and hashes, the one it will write as far as it is known
     before its first row, whose pinned sections tell whether a build already there is up to date."""
     malformed = tuple(build.malformed.values()) if isinstance(build, Prepared) else ()
+    record_counts = tuple(build.spill.counts_of(source.files) for source in build.inputs.sources) if isinstance(
+        build, Prepared) else ()
     hasher, segments = hasher or RowsHasher(), segments or SegmentsHasher()
     writer = {**WRITER_OPTIONS, "row_group_rows": rows_per_group(build.config.row_tokens)}
     return build_manifest(BuildRecord(
         config=build.config, inputs=build.inputs, packing=build.packing, encoder_pins=encoder_pins(build.encoder),
         parquet_writer=writer, file_name=parquet_name, stats=stats or PackStats(), rows_sha256=hasher.hexdigest(),
         segments_sha256=segments.hexdigest(), row_digests=hasher.row_digests, skipped=tuple(skipped),
-        malformed=malformed, parquet_sha256=parquet[0], parquet_bytes=parquet[1]))
+        malformed=malformed, parquet_sha256=parquet[0], parquet_bytes=parquet[1], record_counts=record_counts))
 
 
 @dataclass

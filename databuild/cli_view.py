@@ -19,6 +19,12 @@ _TOKENIZER_HELP = ("A tokenizer directory, or a config name whose tokenizer to u
 
 # ANSI: green for targets, bold cyan for conversation starts; reset after each so nothing leaks.
 _ANSI_TARGET, _ANSI_MARKER, _ANSI_RESET = "\x1b[32m", "\x1b[1;36m", "\x1b[0m"
+# the labels of tool calls, tool results and reasoning (views/marks.py): one colour each
+_ANSI_REGION = {"tool call": "\x1b[1;33m", "tool result": "\x1b[1;35m", "reasoning": "\x1b[1;34m"}
+
+
+def _ansi_region(label: str) -> str:
+    return _ANSI_REGION[label.strip("⟨/⟩")] + label + _ANSI_RESET
 
 
 @click.command()
@@ -29,10 +35,13 @@ _ANSI_TARGET, _ANSI_MARKER, _ANSI_RESET = "\x1b[32m", "\x1b[1;36m", "\x1b[0m"
               help="ANSI colours (auto: only on a terminal); without them, targets are wrapped in [[...]].")
 @one_line_errors
 def show(parquet, row, name_or_dir, color):
-    """Print one row decoded: supervised tokens highlighted, conversation starts marked.
+    """Print one row decoded: supervised tokens highlighted, conversation starts, tool calls, tool
+    results and reasoning marked.
 
     On a terminal, supervised tokens are green; otherwise they are wrapped in [[...]]. A line
     ⟦conversation-id⟧ marks where each conversation (or its continuation) starts in the row.
+    ⟨tool call⟩ ... ⟨/tool call⟩, ⟨tool result⟩ ... and ⟨reasoning⟩ ... enclose what the template's
+    markup shows to be one (read from the decoded text: data/README.md, "show and report").
 
     \b
     Examples:
@@ -54,9 +63,9 @@ def show(parquet, row, name_or_dir, color):
     ansi = color == "always" or (color == "auto" and sys.stdout.isatty())
     if ansi:
         body = compose(target, parts, texts, target=lambda s: _ANSI_TARGET + s + _ANSI_RESET,
-                       marker=lambda s: _ANSI_MARKER + s + _ANSI_RESET)
+                       marker=lambda s: _ANSI_MARKER + s + _ANSI_RESET, region=_ansi_region)
     else:
-        body = compose(target, parts, texts, target=lambda s: f"[[{s}]]", marker=lambda s: s)
+        body = compose(target, parts, texts, target=lambda s: f"[[{s}]]", marker=lambda s: s, region=lambda s: s)
     header = row_header(target, parquet_file.metadata.num_rows)
     click.echo(f"{header}\n{body}{header}", color=ansi)
 

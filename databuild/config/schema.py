@@ -28,6 +28,7 @@ class SourceSpec:
     format: str = "messages"  # a name in sources.formats.FORMATS, or "columns" (a column mapping)
     columns: tuple[tuple[str, str], ...] = ()  # format "columns": (key, column or field name), sorted
     key: str = field(default="source", compare=False)  # where the config holds it: source, or sources[i]
+    ignore_fields: tuple[str, ...] = ()  # columns and message fields left out on purpose, as the config lists them
 
     @property
     def format_config(self) -> str | dict[str, str]:

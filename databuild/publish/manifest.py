@@ -67,6 +67,7 @@ class BuildRecord:
     malformed: tuple[BadConversation, ...] = ()  # every malformed conversation the stream holds
     parquet_sha256: str = ""
     parquet_bytes: int = 0
+    record_counts: tuple[dict[str, int], ...] = ()  # per source: the spill's RECORD_COUNTS (before the build: none)
 
 
 def build_manifest(record: BuildRecord) -> dict[str, Any]:
@@ -146,7 +147,7 @@ def source_pins(source) -> dict[str, Any]:
 
     spec = source.spec
     return {"repo": spec.repo, "revision": spec.revision, "split": spec.split, "format": spec.format_config,
-            "take": spec.take, "origin": source.origin,
+            "ignore_fields": list(spec.ignore_fields), "take": spec.take, "origin": source.origin,
             "files": [{"path": p, "bytes": b, "sha256": s, "rows": f.rows}
                       for (p, b, s), f in zip(source.hashes, source.files)],
             "rows": source.rows, "selected": len(source.selected),
@@ -170,7 +171,8 @@ def source_counts(record: BuildRecord) -> list[dict[str, Any]]:
         counts.append({"repo": source.spec.repo, "selected": len(source.selected),
                        MALFORMED: malformed_of.count(number),
                        "conversations_read": streamed[number] - sum(kinds.values()),
-                       "conversations_skipped": kinds})
+                       "conversations_skipped": kinds,
+                       **({"messages": record.record_counts[number]} if record.record_counts else {})})
     return counts
 
 

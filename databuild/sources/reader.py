@@ -7,6 +7,7 @@ runs them in its first pass, before anything is rendered.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
@@ -18,25 +19,30 @@ import pyarrow.parquet as pq
 
 from ..errors import BuildError
 from .bad import MALFORMED, BadConversation, Problem, bad_conversation
+from .record import REASONING_FIELDS, ROLES
 
 if TYPE_CHECKING:
     from .formats import Adapter
 
-ROLES = ("system", "developer", "user", "assistant")
-COLUMNS = ["id", "messages", "source"]
-SOURCE_SCHEMA = pa.schema([("id", pa.string()),
-                           ("messages", pa.list_(pa.struct([("content", pa.string()), ("role", pa.string())]))),
-                           ("source", pa.string())])
+COLUMNS = ["id", "messages", "source", "tools"]
+# A message: role and content, and its other fields (sources/record.py) as one JSON object text, null
+# when it has none; a conversation's tools list as JSON text, null when it has none.
+MESSAGE = pa.struct([("content", pa.string()), ("role", pa.string()), ("fields", pa.string())])
+SOURCE_SCHEMA = pa.schema([("id", pa.string()), ("messages", pa.list_(MESSAGE)), ("source", pa.string()),
+                           ("tools", pa.string())])
 READ_BATCH_ROWS = 4096
+# What the check pass counts of each conversation (manifest counts.sources[i].messages)
+RECORD_COUNTS = ("tool_calls", "tool_results", "reasoning_turns", "conversations_with_tools")
 
 
 @dataclass(frozen=True)
 class Conversation:
     """One conversation as every stage from the spill on sees it, whatever the source's schema.
 
-    Each message is a dict of plain JSON values (str, int, float, bool, list, dict) in the source's key
-    order, the way `apply_chat_template` receives it: `role`, `content`, and what current SFT sets add
-    (`tool_calls`, `reasoning_content` / `thinking` / `reasoning`, `tool_call_id`, `name`, ...). `tools`
+    Each message is a dict of plain JSON values (str, int, float, bool, list, dict, None), the way
+    `apply_chat_template` receives it: `content` (None beside tool calls or reasoning) and `role`,
+    then the fields of sources/record.py that the source gives it, in the source's order
+    (`tool_calls`, `tool_call_id`, `name`, `reasoning_content` / `thinking` / `reasoning`). `tools`
     is the conversation's tool list (the template's `tools` variable), None when it has none.
     """
     position: int  # place in the permuted stream
@@ -54,7 +60,7 @@ class SourceFile:
     name: str  # path relative to the source root, as recorded in the manifest
     rows: int
     first_index: int  # of its first row among the rows of every file of every source, in config order
-    message_bytes: int  # the message columns' uncompressed size, from the parquet metadata
+    message_bytes: int  # the message and tools columns' uncompressed size, from the parquet metadata
     source: str  # the config's repo of its source: names it in errors, stands in for a missing source column
     adapter: Adapter  # its source's format
 
@@ -76,7 +82,7 @@ def source_files(root: Path, split: str, adapter: Adapter, source: str, first: i
         if problem is not None:
             raise BuildError(f"{name}: schema: {problem}")
         files.append(SourceFile(path, name, meta.metadata.num_rows, first,
-                                _message_bytes(meta.metadata, adapter.message_columns), source, adapter))
+                                _message_bytes(meta.metadata, (*adapter.message_columns, adapter.tools)), source, adapter))
         first += meta.metadata.num_rows
     return files
 
@@ -146,15 +152,22 @@ def with_valid_utf8(batch: pa.RecordBatch) -> pa.RecordBatch:
     except pa.ArrowInvalid:
         pass
     messages = batch.column("messages")
-    fields = messages.values
-    repaired = pa.StructArray.from_arrays([_repaired(child) for child in fields.flatten()],
-                                         names=["content", "role"], mask=fields.is_null())
+    items = messages.values
+    repaired = pa.StructArray.from_arrays([_repaired(child) for child in items.flatten()],
+                                          fields=list(MESSAGE), mask=items.is_null())
     messages = pa.ListArray.from_arrays(messages.offsets, repaired, mask=messages.is_null())
-    return pa.RecordBatch.from_arrays([_repaired(batch.column("id")), messages, _repaired(batch.column("source"))],
-                                      schema=SOURCE_SCHEMA)
+    return pa.RecordBatch.from_arrays([_repaired(batch.column("id")), messages, _repaired(batch.column("source")),
+                                       batch.column("tools")], schema=SOURCE_SCHEMA)
 
 
-def _malformed_rows(batch: pa.RecordBatch) -> dict[int, str]:
+def _parsed_fields(fields: pa.Array) -> tuple[np.ndarray, list[dict]]:
+    """(the items with fields, their fields as dicts): only messages beyond role and content cost Python."""
+    items = np.flatnonzero(fields.is_valid().to_numpy(zero_copy_only=False))
+    return items, [json.loads(text) for text in fields.take(pa.array(items)).to_pylist()] if len(items) else []
+
+
+def _malformed_rows(batch: pa.RecordBatch, parent: np.ndarray, starts: np.ndarray,
+                    parsed: tuple[np.ndarray, list[dict]]) -> dict[int, str]:
     """Row (within the batch) to reason, computed column-wise: the whole source is checked in seconds."""
     bad: dict[int, str] = {}
     ids, messages = batch.column("id"), batch.column("messages")
@@ -164,13 +177,10 @@ def _malformed_rows(batch: pa.RecordBatch) -> dict[int, str]:
     for row in np.flatnonzero(pc.fill_null(pc.equal(pc.utf8_length(ids), 0), True).to_numpy(
             zero_copy_only=False)):
         bad.setdefault(int(row), "missing or empty id")
-    lengths = pc.fill_null(pc.list_value_length(messages), 0).to_numpy(zero_copy_only=False)
-    for row in np.flatnonzero(lengths == 0):
+    for row in np.flatnonzero(np.diff(starts) == 0):
         bad.setdefault(int(row), "missing or empty 'messages'")
     flat = pc.list_flatten(messages)
     if len(flat):
-        parent = pc.list_parent_indices(messages).to_numpy(zero_copy_only=False)
-        starts = np.concatenate([[0], np.cumsum(lengths)])
         roles, contents = pc.struct_field(flat, "role"), pc.struct_field(flat, "content")
         for field, values in (("role", roles), ("content", contents)):
             for item in _invalid_utf8(values):
@@ -182,16 +192,50 @@ def _malformed_rows(batch: pa.RecordBatch) -> dict[int, str]:
             if row not in bad:
                 bad[row] = (f"message {item - starts[row]}: unknown role {_text(roles, item)!r} "
                             f"(expected one of {', '.join(ROLES)})")
+        # content may be null only where the message says something else: an assistant turn's tool
+        # calls or reasoning (what apply_chat_template documents); the template never sees the key then
+        with_fields = dict(zip(parsed[0].tolist(), parsed[1]))
         for item in np.flatnonzero(pc.is_null(contents).to_numpy(zero_copy_only=False)):
             row = int(parent[item])
-            bad.setdefault(row, f"message {item - starts[row]}: content is null, not a string")
+            fields = with_fields.get(int(item), {})
+            if roles[item].as_py() != "assistant" or not (
+                    fields.get("tool_calls") or any(key in fields for key in REASONING_FIELDS)):
+                bad.setdefault(row, f"message {item - starts[row]}: content is null, not a string (null content "
+                                    "is for an assistant message with tool_calls or reasoning)")
     return bad
 
 
+def _record_counts(batch: pa.RecordBatch, parent: np.ndarray, parsed: tuple[np.ndarray, list[dict]]) -> np.ndarray:
+    """RECORD_COUNTS of each row of the batch (rows x counts, int64)."""
+    n = batch.num_rows
+    counts = np.zeros((n, len(RECORD_COUNTS)), dtype=np.int64)
+    if not len(parent):
+        return counts
+    roles = pc.struct_field(pc.list_flatten(batch.column("messages")), "role")
+    tool = pc.fill_null(pc.equal(roles, "tool"), False).to_numpy(zero_copy_only=False)
+    counts[:, 1] = np.bincount(parent[tool], minlength=n)
+    items, fields = parsed
+    calls = np.array([len(f.get("tool_calls") or ()) for f in fields], dtype=np.int64)
+    reasoning = np.array([any(key in f for key in REASONING_FIELDS) for f in fields], dtype=np.int64)
+    np.add.at(counts[:, 0], parent[items], calls)
+    np.add.at(counts[:, 2], parent[items], reasoning)
+    tools = batch.column("tools")
+    for row in np.flatnonzero(tools.is_valid().to_numpy(zero_copy_only=False)):
+        counts[row, 3] = bool(json.loads(tools[int(row)].as_py()))
+    return counts
+
+
 def check_batch(file: SourceFile, offset: int, batch: pa.RecordBatch,
-                refused: dict[int, str]) -> list[BadConversation]:
+                refused: dict[int, str]) -> tuple[list[BadConversation], np.ndarray]:
     """The batch's malformed rows (the batch starts at source row `offset`), in row order: those its
-    format refused (`refused`, with the format's reason), then those the record's checks find."""
-    bad = {**_malformed_rows(batch), **refused}
-    return [bad_conversation([file], offset + row, _text(batch.column("id"), row) or "",
-                             Problem(MALFORMED, bad[row])) for row in sorted(bad)]
+    format refused (`refused`, with the format's reason), then those the record's checks find; and
+    the RECORD_COUNTS of each row (rows x counts)."""
+    messages = batch.column("messages")
+    lengths = pc.fill_null(pc.list_value_length(messages), 0).to_numpy(zero_copy_only=False)
+    starts = np.concatenate([[0], np.cumsum(lengths)])
+    parent = np.repeat(np.arange(batch.num_rows), lengths)
+    parsed = _parsed_fields(pc.struct_field(pc.list_flatten(messages), "fields"))
+    bad = {**_malformed_rows(batch, parent, starts, parsed), **refused}
+    return ([bad_conversation([file], offset + row, _text(batch.column("id"), row) or "",
+                              Problem(MALFORMED, bad[row])) for row in sorted(bad)],
+            _record_counts(batch, parent, parsed))

@@ -13,6 +13,7 @@ is the same whatever the prefix, the window, the number of passes or the order f
 
 from __future__ import annotations
 
+import json
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -26,7 +27,7 @@ from tqdm import tqdm
 
 from ..errors import BuildError
 from ..sources.bad import BadConversation
-from ..sources.reader import COLUMNS, Conversation, SourceFile, check_batch, iter_batches, with_valid_utf8
+from ..sources.reader import COLUMNS, RECORD_COUNTS, Conversation, SourceFile, check_batch, iter_batches, with_valid_utf8
 
 SPILL_THREADS = 2  # files decoded at once in a pass
 # Message bytes per token the first pass provides for: about twice what BPE tokenizers average
@@ -59,6 +60,13 @@ class Spill:
         self.size = int((positions >= 0).sum())
         self.spilled = 0
         self.passes = 0
+        # the first pass's RECORD_COUNTS of each file's rows that the stream holds, malformed ones left out
+        self.record_counts: dict[int, np.ndarray] = {}  # by the file's first_index
+
+    def counts_of(self, files: Iterable[SourceFile]) -> dict[str, int]:
+        """RECORD_COUNTS over `files` (a source's), by name."""
+        total = sum((self.record_counts[f.first_index] for f in files), np.zeros(len(RECORD_COUNTS), np.int64))
+        return dict(zip(RECORD_COUNTS, total.tolist()))
 
     def check_and_spill(self, prefix: int) -> list[BadConversation]:
         """The first pass: every malformed row the stream holds (in source order); positions up to
@@ -84,11 +92,15 @@ class Spill:
 
         def one_file(file: SourceFile) -> list[BadConversation]:
             found: list[BadConversation] = []
+            counts = np.zeros(len(RECORD_COUNTS), np.int64)
             for offset, batch, refused in iter_batches(file):
                 positions = self.positions_of[offset:offset + batch.num_rows]
                 if check:
-                    found += [bad for bad in check_batch(file, offset, batch, refused)
-                              if positions[bad.index - offset] >= 0]
+                    bad, per_row = check_batch(file, offset, batch, refused)
+                    found += [b for b in bad if positions[b.index - offset] >= 0]
+                    held = positions >= 0
+                    held[[b.index - offset for b in bad]] = False
+                    counts += per_row[held].sum(axis=0)
                 batch = with_valid_utf8(batch)  # those rows are malformed; they must still read back
                 rows = np.flatnonzero((positions >= start) & (positions < stop))
                 with lock:
@@ -109,6 +121,8 @@ class Spill:
                         if bucket not in writers:
                             writers[bucket] = pa.ipc.new_file(self._path(bucket), grouped.schema)
                         writers[bucket].write_batch(grouped.slice(low, high - low))
+            if check:
+                self.record_counts[file.first_index] = counts
             return found
 
         # Parquet decoding, the checks and the takes run in Arrow's C++ without the GIL.
@@ -135,16 +149,19 @@ def _read_bucket(path: Path) -> Iterator[Conversation]:
     positions = table.column("position").to_numpy()
     indices = table.column("index").to_numpy()
     ids, sources = table.column("id").to_pylist(), table.column("source").to_pylist()
+    tools = [None if text is None else json.loads(text) for text in table.column("tools").to_pylist()]
     # Column by column: one Python list per field, not a dict per row and per message.
     messages = table.column("messages").combine_chunks()
     ends = np.cumsum(pc.fill_null(pc.list_value_length(messages), 0).to_numpy(zero_copy_only=False))
     flat = messages.flatten()
-    # The Tulu schema's key order, which `datasets` and apply_chat_template give the template.
-    dicts = [{"content": content, "role": role} for content, role in
-             zip(pc.struct_field(flat, "content").to_pylist(), pc.struct_field(flat, "role").to_pylist())]
+    # The Tulu schema's key order, which `datasets` and apply_chat_template give the template; a
+    # message's other fields after them, in the source's order.
+    dicts = [{"content": content, "role": role} if fields is None else
+             {"content": content, "role": role, **json.loads(fields)} for content, role, fields in
+             zip(*(pc.struct_field(flat, name).to_pylist() for name in ("content", "role", "fields")))]
     del table, messages, flat
     for k in np.argsort(positions, kind="stable"):
         yield Conversation(
             position=int(positions[k]), index=int(indices[k]), id=ids[k] or "", source=sources[k] or "",
-            messages=tuple(dicts[(ends[k - 1] if k else 0):ends[k]]),
+            messages=tuple(dicts[(ends[k - 1] if k else 0):ends[k]]), tools=tools[k],
         )

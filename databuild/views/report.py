@@ -80,7 +80,8 @@ def viewer(parquet: pq.ParquetFile, path: Path, manifest: dict | None, count: in
         parts = spans(row)
         texts = decode_spans(tokenizer, row, parts) if tokenizer is not None else id_texts(row, parts)
         body = compose(row, parts, texts, target=lambda s: f"<mark>{s}</mark>",
-                       marker=lambda s: f'<span class="conv">{s}</span>', escape=lambda s: html.escape(printable(s)))
+                       marker=lambda s: f'<span class="conv">{s}</span>', escape=lambda s: html.escape(printable(s)),
+                       region=lambda s: f'<span class="region {s.strip("⟨/⟩").replace(" ", "-")}">{s}</span>')
         out.append(f'<details{" open" if row.index == 0 else ""}><summary>{html.escape(row_header(row, total))}'
                    f'</summary><pre>{body}</pre></details>')
     return "".join(out)
@@ -170,7 +171,9 @@ th,td{border:1px solid #e1e4ea;padding:3px 8px;text-align:left;vertical-align:to
 table.kv th{width:30%;font-weight:500;color:#4a5263;word-break:normal}details{margin:6px 0}
 summary{cursor:pointer;padding:6px 10px;font-weight:500}pre{margin:0;padding:8px 10px;white-space:pre-wrap;
 word-break:break-word;font:12px/1.5 ui-monospace,monospace;max-height:520px;overflow:auto;border-top:1px solid #eceef2}
-mark{background:#c9f0d2;color:#0b3d17}.conv{display:inline-block;width:100%;background:#eef1f6;color:#33418a;
+mark{background:#c9f0d2;color:#0b3d17}.region{font-weight:600;border-radius:3px;padding:0 2px}
+.tool-call{background:#fbe7b5;color:#6b4500}.tool-result{background:#efd7f5;color:#5a1c6b}
+.reasoning{background:#d8e4fb;color:#1c3a7a}.conv{display:inline-block;width:100%;background:#eef1f6;color:#33418a;
 font-weight:600;margin:4px 0 2px}
 """
 

@@ -1,4 +1,5 @@
-"""`databuild show`: one row decoded, its targets and conversation starts marked.
+"""`databuild show`: one row decoded, its targets, conversation starts, and the tool calls, tool
+results and reasoning its markup shows (views/marks.py) marked.
 
 Only the row group holding the row is read (located from the parquet footer), so row 6,000 of a
 6,400 x 8,192 file costs one row group, not the file. The tokenizer comes from `pinned_tokenizer`.
@@ -16,6 +17,7 @@ import pyarrow.parquet as pq
 
 from ..errors import BuildError
 from ..rowfile.hashes import check_row_group, open_row_file, read_row_group
+from .marks import regions
 
 COLUMNS = ["input_ids", "loss_mask", "seq_start_id", "conversation_ids"]
 # Control characters would move the cursor or recolour the terminal (data can hold ANSI escapes);
@@ -140,20 +142,54 @@ def printable(text: str) -> str:
     return text.translate(_PRINTABLE)
 
 
+def pieces(parts: list[Span], texts: list[str]) -> list[tuple[Span, list[str], str]]:
+    """(span, region labels before it, a piece of its text): the texts cut where the regions of
+    views/marks.py (tool calls, tool results, reasoning) open and close within each segment."""
+    out: list[tuple[Span, list[str], str]] = []
+    first = 0
+    while first < len(parts):
+        last = first
+        while last < len(parts) and parts[last].segment == parts[first].segment:
+            last += 1
+        bounds: dict[int, list[str]] = {}
+        for region in regions("".join(texts[first:last])):
+            bounds.setdefault(region.start, []).append(f"⟨{region.kind}⟩")
+            bounds.setdefault(region.end, []).insert(0, f"⟨/{region.kind}⟩")
+        offset = 0
+        for part, text in zip(parts[first:last], texts[first:last]):
+            cuts = sorted(b for b in bounds if offset <= b < offset + len(text)) or [offset]
+            if cuts[0] != offset:
+                cuts.insert(0, offset)
+            for low, high in zip(cuts, cuts[1:] + [offset + len(text)]):
+                out.append((part, bounds.pop(low, []), text[low - offset:high - offset]))
+            offset += len(text)
+        if bounds:  # regions closing at the segment's end
+            out.append((parts[last - 1], [label for b in sorted(bounds) for label in bounds[b]], ""))
+        first = last
+    return out
+
+
 def compose(row: Row, parts: list[Span], texts: list[str], *, target: Callable[[str], str],
-            marker: Callable[[str], str], escape: Callable[[str], str] = printable) -> str:
-    """The row as text: a marker line where each conversation segment starts, targets wrapped."""
-    out, at_line_start = [], True
+            marker: Callable[[str], str], escape: Callable[[str], str] = printable,
+            region: Callable[[str], str] | None = None) -> str:
+    """The row as text: a marker line where each conversation segment starts, targets wrapped, and
+    with `region`, the labels of views/marks.py where tool calls, tool results and reasoning open
+    and close (⟨tool call⟩ ... ⟨/tool call⟩)."""
+    out, at_line_start, previous = [], True, None
     starts = set(row.seq_start_id.tolist())
     ends = np.append(row.seq_start_id[1:], len(row.input_ids))
-    for part, text in zip(parts, texts):
-        if part.start in starts:
+    cut = pieces(parts, texts) if region is not None else [(p, [], t) for p, t in zip(parts, texts)]
+    for part, labels, text in cut:
+        if part.start in starts and part is not previous:
             k = part.segment
             note = " (continued from an earlier row)" if k == 0 and row.continued else ""
             label = f"⟦{row.conversation_ids[k]}⟧ tokens {part.start}..{int(ends[k]) - 1}{note}"
             out.append(("" if at_line_start else "\n") + marker(escape(label)) + "\n")
-        out.append(target(escape(text)) if part.supervised else escape(text))
-        at_line_start = text.endswith("\n")
+        previous = part
+        out += [region(label) for label in labels]
+        if text:
+            out.append(target(escape(text)) if part.supervised else escape(text))
+        at_line_start = text.endswith("\n") if text else (at_line_start and not labels)
     size, pad = len(row.input_ids), row.padding_start
     if pad < size:  # thousands of one pad token say nothing decoded: one line says it all
         label = f"⟦padding⟧ tokens {pad}..{size - 1}: {size - pad} × token id {int(row.input_ids[pad])}, never targets"

@@ -1,9 +1,11 @@
 """Source formats: one adapter per schema of SFT data, each mapping a batch as it is read to the one
-conversation record (`reader.SOURCE_SCHEMA`: id, messages of content/role, source), so that the
-checks, the spill and everything after them see that record alone. A new format is one small module
-with an `Adapter` subclass, and its name here."""
+conversation record (`reader.SOURCE_SCHEMA`: id, messages of content/role/fields, source, tools),
+so that the checks, the spill and everything after them see that record alone. A new format is one
+small module with an `Adapter` subclass, and its name here."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from .adapter import Adapter
 from .messages import COLUMN_KEYS, MessageColumn
@@ -13,11 +15,23 @@ from .sharegpt import ShareGPT
 FORMATS: dict[str, Adapter] = {"messages": MessageColumn(), "sharegpt": ShareGPT(),
                                "prompt_completion": PromptCompletion()}
 
-__all__ = ["Adapter", "COLUMN_KEYS", "FORMATS", "adapter_for"]
+__all__ = ["Adapter", "COLUMN_KEYS", "FORMATS", "adapter_for", "required_names"]
 
 
 def adapter_for(spec) -> Adapter:
-    """The adapter of a config's source entry (`SourceSpec`): a named format, or its column mapping."""
+    """The adapter of a config's source entry (`SourceSpec`): a named format, or its column mapping,
+    with the entry's ignore_fields."""
+    ignore = frozenset(spec.ignore_fields)
     if spec.format == "columns":
-        return MessageColumn(**dict(spec.columns))
-    return FORMATS[spec.format]
+        return MessageColumn(**dict(spec.columns), ignore=ignore)
+    return replace(FORMATS[spec.format], ignore=ignore)
+
+
+def required_names(format_name: str, columns: dict[str, str]) -> set[str]:
+    """The columns and message fields a format cannot build without: ignore_fields may not name them."""
+    if format_name == "columns":
+        return {columns["messages"], columns["role"], columns["content"]}
+    adapter = FORMATS[format_name]
+    if isinstance(adapter, MessageColumn):
+        return {adapter.messages, adapter.role, adapter.content}
+    return {*adapter.message_columns, "role", "content"}

@@ -1,71 +1,85 @@
-"""What every format shares: the `id` and `source` columns (or their stand-ins), the schema checks of
-a message list, and the Arrow building blocks of the normalised messages column."""
+"""What every format shares: the `id`, `source` and `tools` columns (or their stand-ins), the schema
+checks of a message list, the refusal of columns and fields the format does not know, and the
+Arrow building blocks of the normalised messages column (reader.SOURCE_SCHEMA)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..reader import SOURCE_SCHEMA
+from ..reader import MESSAGE, SOURCE_SCHEMA
+from ..record import EXTRA_FIELDS, fields_text, json_type_problem, tools_text
 
 if TYPE_CHECKING:
     from ..reader import SourceFile
 
-MESSAGES = SOURCE_SCHEMA.field("messages").type  # list<struct<content: string, role: string>>
+MESSAGES = SOURCE_SCHEMA.field("messages").type  # list<struct<content, role, fields>>
+INVALID_UTF8 = object()  # stands for a value Arrow holds as bytes that are not UTF-8
 
 
 def is_string(kind: pa.DataType) -> bool:
     return pa.types.is_string(kind) or pa.types.is_large_string(kind)
 
 
-def message_list_problem(schema: pa.Schema, column: str, role: str, content: str) -> str | None:
-    """Why `column` is not a list of structs with string fields `role` and `content`, or None."""
-    if column not in schema.names:
-        return f"missing column '{column}'"
-    kind = schema.field(column).type
-    if not (pa.types.is_list(kind) or pa.types.is_large_list(kind)) or not pa.types.is_struct(kind.value_type):
-        return f"column '{column}' is {kind}"
-    for key in (role, content):
-        index = kind.value_type.get_field_index(key)
-        if index < 0:
-            return f"{column} lack field '{key}'"
-        if not is_string(kind.value_type.field(index).type):
-            return f"{column} field '{key}' is {kind.value_type.field(index).type}, not string"
-    return None
+def is_list(kind: pa.DataType) -> bool:
+    return pa.types.is_list(kind) or pa.types.is_large_list(kind)
 
 
-def flat_messages(lists: pa.Array, role: str, content: str) -> tuple[np.ndarray, pa.Array, pa.Array]:
-    """(offsets, roles, contents) of a list-of-struct column: row i's messages are items
-    offsets[i]:offsets[i+1]; a null list has none."""
-    lengths = pc.fill_null(pc.list_value_length(lists), 0).to_numpy(zero_copy_only=False)
-    flat = pc.list_flatten(lists)
-    return (np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)]),
-            pc.struct_field(flat, role).cast(pa.string()), pc.struct_field(flat, content).cast(pa.string()))
+def python_values(values: pa.Array) -> list:
+    """values.to_pylist(), a string that is not UTF-8 given as INVALID_UTF8 instead of raising."""
+    try:
+        return values.to_pylist()
+    except (UnicodeDecodeError, pa.ArrowException):
+        out = []
+        for i in range(len(values)):
+            try:
+                out.append(values[i].as_py())
+            except (UnicodeDecodeError, pa.ArrowException):
+                out.append(INVALID_UTF8)
+        return out
 
 
-def message_lists(offsets: np.ndarray, roles: pa.Array, contents: pa.Array) -> pa.Array:
-    """The normalised messages column from flat roles and contents cut at offsets."""
-    items = pa.StructArray.from_arrays([contents, roles],
-                                       fields=list(MESSAGES.value_type))
-    return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), items, type=MESSAGES)
+def row_of(offsets: np.ndarray, item: int) -> int:
+    return int(np.searchsorted(offsets, item, side="right")) - 1
+
+
+@dataclass(frozen=True)
+class Flat:
+    """A batch's messages, flat: row i's are items offsets[i]:offsets[i+1]; `fields` the normalised
+    text of each item's other fields (null for none); `problems` the refused rows, with why."""
+    offsets: np.ndarray
+    roles: pa.Array
+    contents: pa.Array
+    fields: pa.Array
+    problems: dict[int, str]
+
+    def lists(self) -> pa.Array:
+        items = pa.StructArray.from_arrays([self.contents, self.roles, self.fields], fields=list(MESSAGE))
+        return pa.ListArray.from_arrays(pa.array(self.offsets, pa.int32()), items, type=MESSAGES)
 
 
 class Adapter:
     """One source format: which columns hold the messages, how a file's schema must look, and each
-    batch's messages in the normalised form. `id` and `source` are read the same way for every format:
-    an `id` column (string, or integers written in decimal) if the file has one, else the stable id
-    `{repo}/{file}#{row}`; a `source` column if the file has one, else the repo."""
+    batch's messages in the normalised form. `id`, `source` and `tools` are read the same way for
+    every format: an `id` column (string, or integers written in decimal) if the file has one, else
+    the stable id `{repo}/{file}#{row}`; a `source` column if the file has one, else the repo; a
+    tools column (`tools`, or as mapped) if the file has one: a list of function schemas, typed or
+    as JSON text. A column or message field the format does not know is refused unless the config's
+    `ignore_fields` names it."""
 
+    ignore: frozenset[str] = frozenset()  # the config's ignore_fields
     message_columns: tuple[str, ...] = ()
+    tools: str = "tools"  # the column of the conversation's tools list
+    record_fields: tuple[tuple[str, str], ...] = tuple((name, name) for name in EXTRA_FIELDS)  # (record, file)
 
     def message_schema_problem(self, schema: pa.Schema) -> str | None:
         raise NotImplementedError
 
-    def to_messages(self, batch: pa.RecordBatch) -> tuple[pa.Array, dict[int, str]]:
-        """Each row's messages (normalised), and the rows (within the batch) the format refuses, with why."""
+    def to_messages(self, batch: pa.RecordBatch) -> Flat:
         raise NotImplementedError
 
     def expects(self) -> str:
@@ -78,14 +92,116 @@ class Adapter:
             if problem is None and kind is not None and not is_string(kind) and not (
                     column == "id" and pa.types.is_integer(kind)):
                 problem = f"column '{column}' is {kind}"
-        return None if problem is None else f"{problem} (expected {self.expects()})"
+        if problem is None and self.tools in schema.names and self.tools not in self.ignore:
+            kind = schema.field(self.tools).type
+            if not (is_string(kind) or is_list(kind) or pa.types.is_null(kind)):  # null: none has tools
+                problem = f"column '{self.tools}' is {kind}, not a list of function schemas or its JSON text"
+            else:
+                problem = json_type_problem(kind, f"column '{self.tools}'")
+        if problem is not None:
+            return f"{problem} (expected {self.expects()})"
+        known = set(self.message_columns) | {"id", "source", self.tools} | self.ignore
+        unknown = [name for name in schema.names if name not in known]
+        if unknown:
+            return (f"column {unknown[0]!r} is not one this format reads (it reads {', '.join(sorted(known))}); "
+                    "list it in the source's ignore_fields to build without it")
+        return None
 
     def read_columns(self, schema: pa.Schema) -> list[str]:
-        return list(self.message_columns) + [c for c in ("id", "source") if c in schema.names]
+        return [c for c in (*self.message_columns, "id", "source", self.tools)
+                if c in schema.names and c not in self.ignore]
+
+    def message_struct_problem(self, schema: pa.Schema, column: str, role: str, content: str) -> str | None:
+        """Why `column` is not a list of structs with string `role` and `content` and fields of JSON
+        values, or None. Fields the record does not carry are refused row by row, where they hold a value."""
+        if column not in schema.names:
+            return f"missing column '{column}'"
+        kind = schema.field(column).type
+        if not is_list(kind) or not pa.types.is_struct(kind.value_type):
+            return f"column '{column}' is {kind}"
+        for key in (role, content):
+            index = kind.value_type.get_field_index(key)
+            if index < 0:
+                return f"{column} lack field '{key}'"
+            if not is_string(kind.value_type.field(index).type):
+                return f"{column} field '{key}' is {kind.value_type.field(index).type}, not string"
+        carried = {source for _, source in self.record_fields}
+        for child in kind.value_type:
+            if child.name in carried:
+                problem = json_type_problem(child.type, f"{column} field '{child.name}'")
+                if problem is not None:
+                    return problem
+        return None
+
+    def flat_messages(self, lists: pa.Array, role: str, content: str) -> Flat:
+        """A list-of-struct column, flat: the record's fields carried, unknown ones refused where set."""
+        lengths = pc.fill_null(pc.list_value_length(lists), 0).to_numpy(zero_copy_only=False)
+        offsets = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
+        flat = pc.list_flatten(lists)
+        problems: dict[int, str] = {}
+        roles = self.record_roles(pc.struct_field(flat, role).cast(pa.string()), offsets, problems)
+        names = [child.name for child in flat.type]
+        record_of = {source: record for record, source in self.record_fields}
+        carried = {name: record_of[name] for name in names if name in record_of and name not in self.ignore}
+        for name in names:
+            if name in (role, content) or name in carried or name in self.ignore:
+                continue
+            for item in np.flatnonzero(pc.struct_field(flat, name).is_valid().to_numpy(zero_copy_only=False)):
+                problems.setdefault(row_of(offsets, item), f"message {item - offsets[row_of(offsets, item)]}: "
+                                    f"unknown field {name!r} (the record carries {', '.join((role, content, *carried))}; "
+                                    "list it in the source's ignore_fields to build without it)")
+        fields = self.message_fields(flat, roles, offsets, carried, problems)
+        return Flat(offsets, roles, pc.struct_field(flat, content).cast(pa.string()), fields, problems)
+
+    def record_roles(self, roles: pa.Array, offsets: np.ndarray, problems: dict[int, str]) -> pa.Array:
+        """The role values as the record spells them (here: as written; the reader checks them)."""
+        return roles
+
+    def message_fields(self, flat: pa.Array, roles: pa.Array, offsets: np.ndarray, carried: dict[str, str],
+                       problems: dict[int, str]) -> pa.Array:
+        """The normalised `fields` text of each item (null where none is set): Python work only for
+        the messages that carry more than role and content."""
+        if not carried:
+            return pa.nulls(len(flat), pa.string())
+        children = {record: pc.struct_field(flat, source) for source, record in carried.items()}
+        valid = np.zeros(len(flat), dtype=bool)
+        for child in children.values():
+            valid |= child.is_valid().to_numpy(zero_copy_only=False)
+        items = np.flatnonzero(valid)
+        if not len(items):
+            return pa.nulls(len(flat), pa.string())
+        taken = pa.array(items)
+        values = {record: python_values(child.take(taken)) for record, child in children.items()}
+        texts: list[str | None] = [None] * len(flat)
+        for k, (item, role) in enumerate(zip(items.tolist(), python_values(roles.take(taken)))):
+            message = {record: column[k] for record, column in values.items()}
+            text, problem = fields_text(message, role) if INVALID_UTF8 not in message.values() else (
+                None, f"{next(r for r, v in message.items() if v is INVALID_UTF8)} is not valid UTF-8")
+            if problem is not None:
+                row = row_of(offsets, item)
+                problems.setdefault(row, f"message {item - offsets[row]}: {problem}")
+            texts[item] = text
+        return pa.array(texts, pa.string())
+
+    def tools_column(self, batch: pa.RecordBatch, problems: dict[int, str]) -> pa.Array:
+        """The normalised `tools` text of each row (null: no tools list), refusing what is not one."""
+        if self.tools not in batch.schema.names or self.tools in self.ignore:
+            return pa.nulls(batch.num_rows, pa.string())
+        column = batch.column(self.tools)
+        rows = np.flatnonzero(column.is_valid().to_numpy(zero_copy_only=False))
+        texts: list[Any] = [None] * batch.num_rows
+        for row, value in zip(rows.tolist(), python_values(column.take(pa.array(rows)))):
+            text, problem = (None, "tools is not valid UTF-8") if value is INVALID_UTF8 else tools_text(value)
+            if problem is not None:
+                problems.setdefault(row, problem)
+            texts[row] = text
+        return pa.array(texts, pa.string())
 
     def normalise(self, batch: pa.RecordBatch, file: SourceFile, offset: int) -> tuple[pa.RecordBatch, dict[int, str]]:
         """The batch (whose first row is source row `offset`) as SOURCE_SCHEMA, and its refused rows."""
-        messages, problems = self.to_messages(batch)
+        flat = self.to_messages(batch)
+        problems = flat.problems
+        tools = self.tools_column(batch, problems)
         n, names = batch.num_rows, batch.schema.names
         if "id" in names:
             ids = batch.column("id").cast(pa.string())
@@ -94,4 +210,4 @@ class Adapter:
             ids = pa.array([f"{file.source}/{file.name}#{row}" for row in range(first, first + n)], pa.string())
         sources = batch.column("source").cast(pa.string()) if "source" in names else pa.array([file.source] * n,
                                                                                                 pa.string())
-        return pa.RecordBatch.from_arrays([ids, messages, sources], schema=SOURCE_SCHEMA), problems
+        return pa.RecordBatch.from_arrays([ids, flat.lists(), sources, tools], schema=SOURCE_SCHEMA), problems

@@ -1,5 +1,7 @@
-"""`messages` (Tulu's schema: a `messages` column of role/content), and any column mapping of the
-same shape: which column holds the messages, and the names of their role and content fields."""
+"""`messages` (Tulu's schema, and TRL's documented tool-calling schema: a `messages` column of
+role/content messages with tool_calls, tool_call_id, name and reasoning fields, and a `tools`
+column), and any column mapping of the same shape: which column holds the messages, the names of
+their fields, and of the tools column."""
 
 from __future__ import annotations
 
@@ -7,9 +9,12 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from .adapter import Adapter, flat_messages, message_list_problem, message_lists
+from ..record import EXTRA_FIELDS
+from .adapter import Adapter, Flat
 
-COLUMN_KEYS = {"messages": "messages", "role": "role", "content": "content"}  # key: default
+# key: default. The mapping names the file's column or message field for each part of the record.
+COLUMN_KEYS = {"messages": "messages", "role": "role", "content": "content",
+               **{name: name for name in EXTRA_FIELDS}, "tools": "tools"}
 
 
 @dataclass(frozen=True)
@@ -17,22 +22,29 @@ class MessageColumn(Adapter):
     messages: str = "messages"
     role: str = "role"
     content: str = "content"
+    tool_calls: str = "tool_calls"
+    tool_call_id: str = "tool_call_id"
+    name: str = "name"
+    reasoning_content: str = "reasoning_content"
+    thinking: str = "thinking"
+    reasoning: str = "reasoning"
+    tools: str = "tools"
+    ignore: frozenset[str] = frozenset()
 
     @property
     def message_columns(self) -> tuple[str, ...]:
         return (self.messages,)
 
+    @property
+    def record_fields(self) -> tuple[tuple[str, str], ...]:
+        return tuple((record, getattr(self, record)) for record in EXTRA_FIELDS)
+
     def expects(self) -> str:
-        return f"{self.messages}: list<struct<{self.content}: string, {self.role}: string>>"
+        return (f"{self.messages}: list<struct<{self.content}: string, {self.role}: string, and optionally "
+                f"{', '.join(source for _, source in self.record_fields)}>>, optionally {self.tools}")
 
     def message_schema_problem(self, schema: pa.Schema) -> str | None:
-        return message_list_problem(schema, self.messages, self.role, self.content)
+        return self.message_struct_problem(schema, self.messages, self.role, self.content)
 
-    def to_messages(self, batch: pa.RecordBatch) -> tuple[pa.Array, dict[int, str]]:
-        offsets, roles, contents = flat_messages(batch.column(self.messages), self.role, self.content)
-        roles, problems = self.map_roles(roles, offsets)
-        return message_lists(offsets, roles, contents), problems
-
-    def map_roles(self, roles: pa.Array, offsets) -> tuple[pa.Array, dict[int, str]]:
-        """The role values as the record spells them (here: as they are; the reader checks them)."""
-        return roles, {}
+    def to_messages(self, batch: pa.RecordBatch) -> Flat:
+        return self.flat_messages(batch.column(self.messages), self.role, self.content)

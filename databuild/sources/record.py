@@ -1,0 +1,133 @@
+"""The conversation record's vocabulary: the roles and message fields it carries, the checks of
+their values, and their normalised form (what every format's adapter writes and the spill reads).
+
+A message is `role` and `content` (a string, or null beside tool calls or reasoning), then the
+fields transformers' `apply_chat_template` documents for tool calling and reasoning, carried as
+the source wrote them: `tool_calls` (a list of `{id?, type?, function: {name, arguments}}`, the
+arguments a JSON string or an object, each kept in its form), `tool_call_id` and `name` (on a tool
+result), and a reasoning trace under any of `reasoning_content`, `thinking`, `reasoning`. In the
+normalised record those fields travel as one JSON object text per message (`fields`, null for a
+plain message, so plain chat costs one null column); the conversation's `tools` as JSON text too.
+JSON text keeps every value exact (strings, integers, floats by their shortest repr) and every
+object's key order.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pyarrow as pa
+
+ROLES = ("system", "developer", "user", "assistant", "tool")
+REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")  # transformers' _REASONING_FIELDS
+EXTRA_FIELDS = ("tool_calls", "tool_call_id", "name") + REASONING_FIELDS  # beside role and content
+TOOL_CALL_KEYS = ("id", "type", "function")
+
+
+def _type(value: Any) -> str:
+    return "null" if value is None else {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}.get(
+        type(value), "a number")
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict:
+    keys = [key for key, _ in pairs]
+    if len(set(keys)) < len(keys):
+        raise ValueError(f"duplicate key {next(k for k in keys if keys.count(k) > 1)!r}")
+    return dict(pairs)
+
+
+def parse_json(text: str) -> Any:
+    """JSON text as Python values, refusing what json.loads would silently resolve (a repeated key)."""
+    return json.loads(text, object_pairs_hook=_no_duplicate_keys)
+
+
+def tool_call_problem(call: Any) -> str | None:
+    """Why `call` is not a tool call of transformers' documented schema, or None."""
+    if not isinstance(call, dict):
+        return f"is {_type(call)}, not an object"
+    for key in ("id", "type"):
+        if call.get(key) is not None and not isinstance(call[key], str):
+            return f"{key} is {_type(call[key])}, not a string"
+    function = call.get("function")
+    if not isinstance(function, dict):
+        return f"function is {_type(function)}, not an object with name and arguments"
+    if not isinstance(function.get("name"), str) or not function["name"]:
+        return f"function.name is {_type(function.get('name'))}, not a non-empty string"
+    if not isinstance(function.get("arguments"), (str, dict)):
+        return f"function.arguments is {_type(function.get('arguments'))}, not a JSON string or an object"
+    return None
+
+
+def field_problem(key: str, value: Any, role: str | None) -> str | None:
+    """Why a message's `key` (one of EXTRA_FIELDS, not null) cannot be carried as it is, or None."""
+    if key != "tool_calls":
+        return None if isinstance(value, str) else f"{key} is {_type(value)}, not a string"
+    if role != "assistant":
+        return f"tool_calls on a {role!r} message (only an assistant message calls tools)"
+    if not isinstance(value, list):
+        return f"tool_calls is {_type(value)}, not a list"
+    for number, call in enumerate(value):
+        problem = tool_call_problem(call)
+        if problem is not None:
+            return f"tool_calls[{number}] {problem}"
+    return None
+
+
+def fields_text(fields: dict[str, Any], role: str | None) -> tuple[str | None, str | None]:
+    """(the normalised `fields` text of a message's extra fields, in their order, null ones left
+    out; or None when it has none) and why they cannot be carried, or None."""
+    present = {key: value for key, value in fields.items() if value is not None}
+    if isinstance(present.get("tool_calls"), str):  # the list as JSON text (a string column): parsed
+        try:
+            present["tool_calls"] = parse_json(present["tool_calls"])
+        except ValueError as exc:
+            return None, f"tool_calls is not JSON text ({exc})"
+    for key, value in present.items():
+        problem = field_problem(key, value, role)
+        if problem is not None:
+            return None, problem
+    return (json.dumps(present, ensure_ascii=False) if present else None), None
+
+
+def tools_problem(tools: Any) -> str | None:
+    """Why a conversation's tools value (parsed) is not a list of function schemas (objects), or None."""
+    if not isinstance(tools, list):
+        return f"tools is {_type(tools)}, not a list of function schemas"
+    for number, tool in enumerate(tools):
+        if not isinstance(tool, dict):
+            return f"tools[{number}] is {_type(tool)}, not an object"
+    return None
+
+
+def tools_text(value: Any) -> tuple[str | None, str | None]:
+    """(the normalised `tools` text, None for no tools list) and why the value cannot be carried.
+    A string is the list's JSON text, kept byte for byte; a typed list is written as JSON."""
+    if value is None:
+        return None, None
+    try:
+        parsed = parse_json(value) if isinstance(value, str) else value
+    except ValueError as exc:
+        return None, f"tools is not JSON text ({exc})"
+    problem = tools_problem(parsed)
+    if problem is not None:
+        return None, problem
+    return (value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)), None
+
+
+# Arrow types whose Python values are JSON values (to_pylist gives str, int, float, bool, list, dict).
+def json_type_problem(kind: pa.DataType, where: str) -> str | None:
+    """Why values of `kind` are not JSON values (naming the nested field `where`), or None."""
+    if (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_boolean(kind)
+            or pa.types.is_integer(kind) or pa.types.is_float32(kind) or pa.types.is_float64(kind)
+            or pa.types.is_null(kind)):
+        return None
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+        return json_type_problem(kind.value_type, f"{where}[]")
+    if pa.types.is_struct(kind):
+        for child in kind:
+            problem = json_type_problem(child.type, f"{where}.{child.name}")
+            if problem is not None:
+                return problem
+        return None
+    return f"{where} is {kind}, which has no JSON value"
