@@ -40,7 +40,7 @@ from .sources.mixture import stream_positions
 from .encode.render import Renderer, load_tokenizer
 from .sources.bad import OVERLONG, BadConversation, Problem, bad_conversation, buildable, marked, on_bad_conversation, refusal
 from .sources.reader import Conversation
-from .sources.spill import Spill, expected_prefix
+from .sources.spill import Spill, expected_prefix, remove_stale_spill_folders, spill_folder
 from .rowfile.write import WRITER_OPTIONS, partial_path, partials, publish, rows_per_group, write_rows
 
 DEFAULT_BATCH = 256
@@ -131,7 +131,7 @@ def prepare(config: BuildConfig, offline: bool = False, window: int = DEFAULT_WI
     pinned = pinned or pin(config, offline)
     inputs = pinned.inputs
     positions = stream_positions(*inputs.selections, sum(f.rows for f in inputs.source_files), config.seed)
-    spill_dir = tempfile.TemporaryDirectory(prefix="databuild-")
+    spill_dir = spill_folder()
     try:
         spill = Spill(inputs.source_files, positions, window, Path(spill_dir.name))
         if spill_prefix is None:
@@ -150,6 +150,7 @@ def make(config: BuildConfig, out_dir: Path, *, force: bool = False, offline: bo
     """Build config into out_dir/NAME.parquet, unless the build there is up to date (`force`: build anyway)."""
     started = time.perf_counter()
     final = Path(out_dir) / f"{config.name}.parquet"
+    remove_stale_spill_folders()  # a killed build's, whether or not this one builds
     pinned = pin(config, offline)
     expected = manifest_of(pinned, final.name)
     if not force and stale_reason(final, expected) is None:  # no lock taken, nothing written

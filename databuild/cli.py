@@ -189,6 +189,7 @@ def hash_command(parquet):
 @click.option("--from", "source", type=click.Path(dir_okay=False, exists=True, path_type=Path),
               help="For an export: the native file it comes from; it is exported afresh and compared, and the "
                    "hashes or recipe given are checked on it.")
+@one_line_errors
 def verify_command(parquet, manifest, recipe, rows_sha256, parquet_sha256, segments_sha256, source):
     """Check PARQUET (a row file, or an export) against its hashes; exit 0 only when every check holds.
 
