@@ -13,6 +13,8 @@ os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 # Download bars only on a terminal, as for the build's own bar: a log gets the result lines alone.
 if not sys.stderr.isatty():
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+# huggingface_hub logs each retry of a request as a warning; what failed is databuild's one line.
+os.environ.setdefault("HF_HUB_VERBOSITY", "error")
 
 from .cli_view import report, show
 from .errors import BuildError, one_line_errors, os_error_line
