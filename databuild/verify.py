@@ -69,7 +69,8 @@ def from_manifest(manifest: dict[str, Any], origin: str) -> list[Expectation]:
     output = manifest.get("output")
     missing = [f for f in FILE_FIELDS + ROW_FIELDS if not isinstance(output, dict) or f not in output]
     if missing:
-        raise BuildError(f"{origin}: the manifest has no output.{missing[0]}: not a complete build's manifest")
+        raise BuildError(f"{origin}: the manifest has no output.{missing[0]}: not a complete build's manifest; "
+                         "rerun make, which replaces an incomplete build")
     present = (SEGMENT_FIELD,) if SEGMENT_FIELD in output else ()
     return [Expectation(f, output[f], origin) for f in FILE_FIELDS + ROW_FIELDS + present]
 
@@ -95,7 +96,8 @@ def from_recipe(path: Path) -> list[Expectation]:
                 decimals, value = max(_decimals_shown(path, build, field), 2), float(value)
             found.append(Expectation(field, value, f"{origin}.build", decimals))
     if not found:
-        raise BuildError(f"{path}: workload.dataset holds no hash or count to check against")
+        raise BuildError(f"{path}: workload.dataset holds no hash or count to check against; "
+                         f"'databuild make NAME --recipe {path}' writes them")
     return found
 
 

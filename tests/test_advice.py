@@ -22,7 +22,8 @@ def cli(*args) -> tuple[int, str]:
     result = CliRunner().invoke(main, [*map(str, args)])
     assert "Traceback" not in result.output, result.output
     if result.exit_code:
-        assert result.output.count("\n") == 1, result.output  # one line
+        assert result.stderr.count("\n") == 1, result.stderr  # one line
+        return result.exit_code, result.stderr.strip()
     return result.exit_code, result.output.strip()
 
 
@@ -192,3 +193,39 @@ def test_dataset_dir_on_a_mixture_advises_each_source_s_dir(tmp_path, dataset_di
     assert code == 1 and "set each one's 'dir' in the config instead" in output, output
     code, output = cli("make", config, "--out", tmp_path / "out")  # each source has its dir: the advice followed
     assert code == 0 or "ran out" in output, output
+
+
+def test_a_local_dir_that_does_not_exist_advises_correcting_it(tmp_path):
+    config = write_config(tmp_path / f"{TINY}.yaml", source={"dir": str(tmp_path / "nowhere")})
+    code, output = cli("make", config, "--out", tmp_path / "out")
+    assert code == 1 and "does not exist: correct the config's 'dir'" in output, output
+    edit(config, source={**YAML(typ="safe", pure=True).load(config.read_text())["source"], "dir": str(SOURCE_DIR)})
+    assert cli("make", config, "--out", tmp_path / "out")[0] == 0
+
+
+def test_a_recipe_without_a_dataset_block_advises_adding_one_and_make_then_fills_it(tiny_build, tmp_path):
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("workload:\n  steps: 10\n")
+    code, output = cli("make", TINY, "--out", tiny_build.parquet.parent, "--recipe", recipe)
+    assert code == 1 and "no workload.dataset block; add one ('workload:' then '  dataset: {}')" in output, output
+    recipe.write_text("workload:\n  steps: 10\n  dataset: {}\n")
+    assert cli("make", TINY, "--out", tiny_build.parquet.parent, "--recipe", recipe)[0] == 0
+    assert cli("verify", tiny_build.parquet, "--recipe", recipe)[0] == 0
+
+
+def test_a_recipe_that_pins_nothing_advises_make_recipe_and_verify_then_checks_it(tiny_build, tmp_path):
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("workload:\n  dataset:\n    name: tiny\n")
+    code, output = cli("verify", tiny_build.parquet, "--recipe", recipe)
+    assert code == 1 and f"'databuild make NAME --recipe {recipe}' writes them" in output, output
+    assert cli("make", TINY, "--out", tiny_build.parquet.parent, "--recipe", recipe)[0] == 0
+    code, output = cli("verify", tiny_build.parquet, "--recipe", recipe)
+    assert code == 0 and "parquet_sha256" in output and "rows_sha256" in output, output
+
+
+def test_a_template_that_reads_the_clock_advises_pinning_current_date(tmp_path):
+    config = write_config(tmp_path / f"{TINY}.yaml", template_kwargs={"current_date": None})
+    code, output = cli("make", config, "--out", tmp_path / "out")
+    assert code == 1 and "pins no template_kwargs.current_date" in output, output
+    edit(config, template_kwargs={"current_date": "2026-10-01", "reasoning_effort": "xhigh"})
+    assert cli("make", config, "--out", tmp_path / "out")[0] == 0
