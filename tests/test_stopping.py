@@ -81,8 +81,9 @@ def stopped_make(tmp_path: Path, pause: str, signum: int, *options: str) -> tupl
     ("encode", signal.SIGTERM, ("--workers", "2")),
     ("spill", signal.SIGHUP, ()),
     ("encode", signal.SIGINT, ()),
+    ("encode", signal.SIGINT, ("--workers", "2")),
 ], ids=["SIGTERM mid-spill", "SIGTERM mid-encode", "SIGTERM mid-encode, two workers", "SIGHUP mid-spill",
-        "SIGINT mid-encode"])
+        "SIGINT mid-encode", "SIGINT mid-encode, two workers"])
 def test_a_stopped_make_cleans_up_says_so_in_one_line_and_the_next_builds_the_same_bytes(
         tiny_build, tiny_config, tmp_path, private_tmp, pause, signum, options):
     result, seconds = stopped_make(tmp_path, pause, signum, *options)
