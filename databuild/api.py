@@ -50,8 +50,8 @@ def verify(file: str | Path, *, manifest: str | Path | None = None, recipe: str 
            rows_sha256: str | None = None, parquet_sha256: str | None = None,
            segments_sha256: str | None = None, source: str | Path | None = None) -> Report:
     """Check a row file (or an export, with `source` its native file to re-derive it from and to check
-    the hashes or recipe given on) as `databuild verify` does. Returns the report when every check holds (its warnings may be non-empty);
-    raises BuildError with the first failure otherwise."""
+    the hashes or recipe given on) as `databuild verify` does. Returns the report when every check holds
+    (its warnings may be non-empty); raises BuildError with the first failure otherwise."""
     from .verify import verify_file
 
     report, _ = verify_file(Path(file), *(Path(p) if p is not None else None for p in (manifest, recipe)),

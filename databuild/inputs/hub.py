@@ -5,7 +5,6 @@ hash their blob is named by, and `fetch`'s check that the whole commit is cached
 from __future__ import annotations
 
 import fnmatch
-import functools
 import hashlib
 import re
 import socket
@@ -33,12 +32,11 @@ def offline_hint(name: str) -> str:
             "config's dir)")
 
 
-@functools.lru_cache(maxsize=None)
 def unreachable() -> str | None:
     """Why no TCP connection opens to the hub endpoint (or to the proxy the environment names for it), in
     words; None when one does. One attempt, HF_HUB_ETAG_TIMEOUT seconds at most (huggingface_hub's own
-    limit for a metadata request), once per process: where there is no network huggingface_hub retries a
-    refused or unresolvable connection five times over 24 s before it gives up, logging each retry."""
+    limit for a metadata request): where there is no network, huggingface_hub retries a refused or
+    unresolvable connection five times over 24 s before it gives up, logging each retry."""
     from urllib.parse import urlsplit
     from urllib.request import getproxies, proxy_bypass
 
