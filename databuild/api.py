@@ -50,23 +50,13 @@ def make(config: str | Path, out_dir: str | Path = "build", *, offline: bool = F
 def verify(file: str | Path, *, manifest: str | Path | None = None, recipe: str | Path | None = None,
            rows_sha256: str | None = None, parquet_sha256: str | None = None,
            segments_sha256: str | None = None, source: str | Path | None = None) -> Report:
-    """Check a row file (or an export, with `source` its native file to re-derive it from) as
-    `databuild verify` does. Returns the report when every check holds (its warnings may be non-empty);
-    raises BuildError with the first failure otherwise."""
-    from .export.check import export_manifest_of, verify_export
-    from .verify import diff_hint, gather, verify as run_verify
+    """Check a row file (or an export, with `source` its native file to re-derive it from and to check
+    the hashes or recipe given on) as `databuild verify` does. Returns the report when every check holds
+    (its warnings may be non-empty); raises BuildError with the first failure otherwise."""
+    from .verify import verify_file
 
-    file = Path(file)
-    manifest = Path(manifest) if manifest is not None else None
-    described = export_manifest_of(file, manifest)
-    hint = None
-    if described is not None:
-        report = verify_export(file, described, Path(source) if source is not None else None)
-    else:
-        expected = gather(file, manifest, Path(recipe) if recipe else None, rows_sha256, parquet_sha256,
-                          segments_sha256)
-        report = run_verify(file, expected)
-        hint = diff_hint(file, expected, report)
+    report, _, hint = verify_file(Path(file), *(Path(p) if p is not None else None for p in (manifest, recipe)),
+                            rows_sha256, parquet_sha256, segments_sha256, Path(source) if source is not None else None)
     if report.failures:
         more = f" (and {len(report.failures) - 1} more)" if len(report.failures) > 1 else ""
         raise BuildError(f"{file} does not verify: {report.failures[0]}{more}" + (f"; {hint}" if hint else ""))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import tempfile
 import time
+from collections import Counter
 from contextlib import closing
 from dataclasses import dataclass, replace
 from itertools import islice
@@ -38,9 +39,9 @@ from .pack.policy import Packing, pack, packing_for
 from .pack.rows import PackStats
 from .sources.mixture import stream_positions
 from .encode.render import Renderer, load_tokenizer
-from .sources.bad import OVERLONG, BadConversation, Problem, bad_conversation, buildable, marked, on_bad_conversation, refusal
+from .sources.bad import OVERLONG, SKIPPED_KINDS, BadConversation, Problem, bad_conversation, buildable, marked, on_bad_conversation, refusal
 from .sources.reader import Conversation
-from .sources.spill import Spill, expected_prefix
+from .sources.spill import Spill, expected_prefix, remove_stale_spill_folders, spill_folder
 from .rowfile.write import WRITER_OPTIONS, partial_path, partials, publish, rows_per_group, write_rows
 
 DEFAULT_BATCH = 256
@@ -133,7 +134,7 @@ def prepare(config: BuildConfig, offline: bool = False, window: int = DEFAULT_WI
     pinned = pinned or pin(config, offline)
     inputs = pinned.inputs
     positions = stream_positions(*inputs.selections, sum(f.rows for f in inputs.source_files), config.seed)
-    spill_dir = tempfile.TemporaryDirectory(prefix="databuild-")
+    spill_dir = spill_folder()
     try:
         spill = Spill(inputs.source_files, positions, window, Path(spill_dir.name))
         if spill_prefix is None:
@@ -152,6 +153,7 @@ def make(config: BuildConfig, out_dir: Path, *, force: bool = False, offline: bo
     """Build config into out_dir/NAME.parquet, unless the build there is up to date (`force`: build anyway)."""
     started = time.perf_counter()
     final = Path(out_dir) / f"{config.name}.parquet"
+    remove_stale_spill_folders()  # a killed build's, whether or not this one builds
     pinned = pin(config, offline)
     expected = manifest_of(pinned, final.name)
     if not force and stale_reason(final, expected) is None:  # no lock taken, nothing written
@@ -166,6 +168,30 @@ def make(config: BuildConfig, out_dir: Path, *, force: bool = False, offline: bo
         with prepare(config, offline, window, spill_prefix, pinned) as prepared:
             result = _make(prepared, final, workers, batch_size, progress, executor, ray_address, started)
     return replace(result, built=reason, waited=waited)
+
+
+def ran_out(written: int, rows: int, stats: PackStats, skipped: list[BadConversation]) -> BuildError:
+    """The stream ended before `rows` rows: where its conversations went, by what happened to them, and
+    the change that addresses the largest loss."""
+    dropped = stats.overlong["dropped"]
+    packed = stats.conversations_read - dropped
+    kinds = Counter(bad.kind for bad in skipped)
+    fates = [f"{packed} packed"] + [f"{n} {what}" for n, what in (
+        (stats.overlong["truncated"], "of those cut to a row (overlong: truncate)"),
+        (dropped, "dropped as longer than a row (overlong: drop)"),
+        (stats.empty_renders, "rendered to no token")) if n]
+    fates += [f"{kinds[kind]} skipped as {kind}" for kind in SKIPPED_KINDS if kinds[kind]]
+    total = stats.conversations_read + stats.empty_renders + len(skipped)
+    if len(skipped) > max(packed, dropped):
+        first = skipped[0]
+        fix = f"most were skipped; the first, {first.message()}" + (f"; {first.problem.fix}" if first.problem.fix else "")
+    elif dropped > packed:
+        fix = "most were longer than a row: raise row_tokens, or set overlong: truncate to keep their first row"
+    else:
+        fix = "ask for fewer rows (rows in the config), or give it more source (a larger take, another source)"
+    return BuildError(f"the source ran out: {written} rows kept of the {rows} the config asks for; of its {total} "
+                      f"conversations, {', '.join(fates)}; {stats.rows_skipped_unsupervised} rows skipped without "
+                      f"targets; {fix}")
 
 
 def _current(final: Path, started: float) -> BuildResult:
@@ -193,9 +219,7 @@ def _make(prepared: Prepared, final: Path, workers: int, batch_size: int, progre
                                            Problem(OVERLONG, str(exc)))) from None
     try:
         if written < config.rows:
-            raise BuildError(f"the source ran out: {written} rows kept of the {config.rows} the config asks for "
-                             f"({stats.conversations_read} conversations packed, {len(skipped)} skipped as bad, "
-                             f"{stats.rows_skipped_unsupervised} rows skipped without targets)")
+            raise ran_out(written, config.rows, stats, skipped)
         check_unchanged(inputs)
         manifest = manifest_of(prepared, final.name, stats, skipped, hasher, segments, file_sha256(partial))
     except BaseException:

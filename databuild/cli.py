@@ -13,9 +13,11 @@ os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 # Download bars only on a terminal, as for the build's own bar: a log gets the result lines alone.
 if not sys.stderr.isatty():
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+# huggingface_hub logs each retry of a request as a warning; what failed is databuild's one line.
+os.environ.setdefault("HF_HUB_VERBOSITY", "error")
 
 from .cli_view import diff, report, show
-from .errors import BuildError, one_line_errors
+from .errors import BuildError, one_line_errors, os_error_line
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(package_name="databuild")
@@ -183,41 +185,47 @@ def hash_command(parquet):
               help="Manifest to check against (default: the one beside PARQUET, unless another check is given).")
 @click.option("--recipe", type=click.Path(dir_okay=False, exists=True, path_type=Path),
               help="Recipe YAML whose workload.dataset block holds the hashes.")
-@click.option("--rows-sha256", help="Expected rows_sha256.")
-@click.option("--parquet-sha256", help="Expected sha256 of the file's bytes.")
-@click.option("--segments-sha256", help="Expected segments_sha256 (seq_start_id and conversation ids).")
+@click.option("--rows-sha256", help="Expected rows_sha256 (of an export: its --from file's).")
+@click.option("--parquet-sha256", help="Expected sha256 of the file's bytes (of an export: its --from file's).")
+@click.option("--segments-sha256", help="Expected segments_sha256, seq_start_id and conversation ids (of an "
+                                        "export: its --from file's).")
 @click.option("--from", "source", type=click.Path(dir_okay=False, exists=True, path_type=Path),
-              help="For an export: the native file it comes from; it is exported afresh and compared.")
+              help="For an export: the native file it comes from; it is exported afresh and compared, and the "
+                   "hashes or recipe given are checked on it.")
+@one_line_errors
 def verify_command(parquet, manifest, recipe, rows_sha256, parquet_sha256, segments_sha256, source):
     """Check PARQUET (a row file, or an export) against its hashes; exit 0 only when every check holds.
 
+    Every expectation given is checked; one that does not apply to the file is refused (exit 2).
+
     \b
     Exit codes: 0 verified, 1 a difference (each printed: expected, found),
-    2 usage error, 3 the file is unreadable.
+    2 usage error (an option that does not apply), 3 the file is unreadable (missing included).
     \b
     Examples:
       databuild verify build/muse-spark-tiny-fixed512-v1.parquet
       databuild verify rows.parquet --recipe recipe.yaml
       databuild verify rows.parquet --rows-sha256 4003478c...128f
       databuild verify out/tiny-hf.parquet --from build/muse-spark-tiny-fixed512-v1.parquet
+      databuild verify out/tiny-hf.parquet --from build/muse-spark-tiny-fixed512-v1.parquet --recipe recipe.yaml
     """
-    from .export.check import export_manifest_of, verify_export
-    from .verify import EXIT_DIFFERENT, diff_hint, gather, verify
+    from .rowfile.hashes import UnreadableError
+    from .verify import EXIT_DIFFERENT, EXIT_UNREADABLE, EXIT_USAGE, UsageError, verify_file
 
-    hint = None
     try:
-        described = export_manifest_of(parquet, manifest)
-        if described is None and source is not None:
-            raise BuildError(f"{parquet}: --from checks an export, and no export manifest describes this file")
-        if described is not None:
-            report, checked = verify_export(parquet, described, source), "the export manifest"
-        else:
-            expected = gather(parquet, manifest, recipe, rows_sha256, parquet_sha256, segments_sha256)
-            report, checked = verify(parquet, expected), ", ".join(sorted({e.field for e in expected.checks}))
-            hint = diff_hint(parquet, expected, report)
+        report, checked, hint = verify_file(parquet, manifest, recipe, rows_sha256, parquet_sha256, segments_sha256, source)
+    except UsageError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_USAGE)
+    except UnreadableError as exc:
+        click.echo(f"FAILED {exc}", err=True)
+        sys.exit(EXIT_UNREADABLE)
     except BuildError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_DIFFERENT)
+    except OSError as exc:  # a file that cannot be read at all (permissions, I/O error)
+        click.echo(f"FAILED {os_error_line(exc)}", err=True)
+        sys.exit(EXIT_UNREADABLE)
     for line in report.warnings:
         click.echo(f"warning: {line}", err=True)
     for line in report.failures:

@@ -3,7 +3,8 @@
 Expectations come from a manifest (by default the one beside the file), a recipe's
 `workload.dataset` block, or hashes on the command line. Every check that fails is reported with
 what was expected and what was found; with a manifest's row digests, the first differing row is
-named too. Exit codes: 0 verified, 1 a difference, 2 a usage error, 3 the file is unreadable.
+named too. Exit codes: 0 verified, 1 a difference, 2 a usage error (an option that does not apply
+is refused, never ignored), 3 the file is unreadable (missing included).
 """
 
 from __future__ import annotations
@@ -21,6 +22,10 @@ from .publish.manifest_read import read_manifest
 from .rowfile.write import partials
 
 EXIT_OK, EXIT_DIFFERENT, EXIT_USAGE, EXIT_UNREADABLE = 0, 1, 2, 3
+
+
+class UsageError(BuildError):
+    """An option verify cannot apply to the file it is given: refused (exit 2), never ignored."""
 FILE_FIELDS = ("parquet_sha256", "parquet_bytes")
 ROW_FIELDS = ("rows_sha256", "rows", "row_tokens", "supervised_token_ratio", "padding_tokens")
 # Checked whenever a manifest holds it; a manifest written before it existed still pins the boundaries
@@ -65,7 +70,8 @@ def from_manifest(manifest: dict[str, Any], origin: str) -> list[Expectation]:
     output = manifest.get("output")
     missing = [f for f in FILE_FIELDS + ROW_FIELDS if not isinstance(output, dict) or f not in output]
     if missing:
-        raise BuildError(f"{origin}: the manifest has no output.{missing[0]}: not a complete build's manifest")
+        raise BuildError(f"{origin}: the manifest has no output.{missing[0]}: not a complete build's manifest; "
+                         "rerun make, which replaces an incomplete build")
     present = (SEGMENT_FIELD,) if SEGMENT_FIELD in output else ()
     return [Expectation(f, output[f], origin) for f in FILE_FIELDS + ROW_FIELDS + present]
 
@@ -91,7 +97,8 @@ def from_recipe(path: Path) -> list[Expectation]:
                 decimals, value = max(_decimals_shown(path, build, field), 2), float(value)
             found.append(Expectation(field, value, f"{origin}.build", decimals))
     if not found:
-        raise BuildError(f"{path}: workload.dataset holds no hash or count to check against")
+        raise BuildError(f"{path}: workload.dataset holds no hash or count to check against; "
+                         f"'databuild make NAME --recipe {path}' writes them")
     return found
 
 
@@ -122,6 +129,29 @@ def _compare(expectation: Expectation, found: Any) -> bool:
     return found == expectation.value
 
 
+def differences(expected: Expected, summary: ParquetSummary | dict[str, Any]) -> list[str]:
+    """One line per expectation that `summary` (a file's figures, or those of its bytes alone when
+    its rows could not be read) does not meet; an expectation it cannot check is one of them."""
+    if isinstance(summary, ParquetSummary):
+        found = {field: getattr(summary, field) for field in FILE_FIELDS + ROW_FIELDS + (SEGMENT_FIELD,)}
+    else:
+        found = summary
+    lines = []
+    for expectation in expected.checks:
+        if expectation.field not in found:  # fail closed: an expectation never goes unchecked
+            why = "verify computes no such figure" if isinstance(summary, ParquetSummary) else \
+                "the rows could not be read"
+            lines.append(f"{expectation.field}: expected {expectation.value} ({expectation.origin}), not checked: {why}")
+            continue
+        value = found[expectation.field]
+        if not _compare(expectation, value):
+            line = f"{expectation.field}: expected {expectation.value}, found {value} ({expectation.origin})"
+            if expectation.field == "rows_sha256" and expected.row_digests and isinstance(summary, ParquetSummary):
+                line += row_differences(expected.row_digests, summary.row_digests)
+            lines.append(line)
+    return lines
+
+
 def verify(parquet: Path, expected: Expected) -> Report:
     report = Report([], [])
     if not parquet.is_file():
@@ -140,24 +170,8 @@ def verify(parquet: Path, expected: Expected) -> Report:
         report.unreadable = True
     except RowFormatError as exc:
         report.failures.append(str(exc))
-    found = {"parquet_sha256": digest, "parquet_bytes": size}
     report.summary = summary
-    if summary is not None:
-        found.update(rows_sha256=summary.rows_sha256, rows=summary.rows, row_tokens=summary.row_tokens,
-                     supervised_token_ratio=summary.supervised_token_ratio,
-                     padding_tokens=summary.padding_tokens, segments_sha256=summary.segments_sha256)
-    for expectation in expected.checks:
-        if expectation.field not in found:  # fail closed: an expectation never goes unchecked
-            why = "the rows could not be read" if summary is None else "verify computes no such figure"
-            report.failures.append(f"{expectation.field}: expected {expectation.value} ({expectation.origin}), "
-                                   f"not checked: {why}")
-            continue
-        value = found[expectation.field]
-        if not _compare(expectation, value):
-            line = f"{expectation.field}: expected {expectation.value}, found {value} ({expectation.origin})"
-            if expectation.field == "rows_sha256" and expected.row_digests and summary is not None:
-                line += row_differences(expected.row_digests, summary.row_digests)
-            report.failures.append(line)
+    report.failures += differences(expected, summary or {"parquet_sha256": digest, "parquet_bytes": size})
     if expected.built_with:
         installed, built_with = library_versions(), expected.built_with
         for name in ("pyarrow", "numpy", "tokenizers", "transformers"):
@@ -175,6 +189,8 @@ def gather(parquet: Path, manifest: Path | None = None, recipe: Path | None = No
     digests = versions = None
     explicit = any(x is not None for x in (manifest, recipe, rows_sha256, parquet_sha256, segments_sha256))
     beside = manifest_path(parquet)
+    if not parquet.is_file():  # unreadable (exit 3), whatever else is missing with it
+        raise UnreadableError(f"{parquet}: no such file")
     if manifest is None and not explicit:
         if not beside.exists():
             raise BuildError(f"{parquet}: no manifest beside it ({beside.name}): the build is incomplete, or "
@@ -193,6 +209,31 @@ def gather(parquet: Path, manifest: Path | None = None, recipe: Path | None = No
     if segments_sha256 is not None:
         expectations.append(Expectation(SEGMENT_FIELD, segments_sha256.lower(), "--segments-sha256"))
     return Expected(expectations, digests, versions, manifest)
+
+
+def verify_file(parquet: Path, manifest: Path | None = None, recipe: Path | None = None,
+                rows_sha256: str | None = None, parquet_sha256: str | None = None,
+                segments_sha256: str | None = None, source: Path | None = None) -> tuple[Report, str, str | None]:
+    """`databuild verify`: a row file against the expectations given (gather), or an export against its
+    manifest and, with `source`, the native file it comes from, the expectations checked on that one.
+    Returns the report, what was checked, in words, and the `databuild diff` command that explains a
+    failure (diff_hint); raises UsageError for an option that does not
+    apply, UnreadableError for a file that is not there."""
+    from .export.check import export_manifest_of, verify_export
+
+    described = export_manifest_of(parquet, manifest)
+    if described is not None:
+        expected = Expected([])
+        if any(x is not None for x in (recipe, rows_sha256, parquet_sha256, segments_sha256)):
+            expected = gather(source or parquet, None, recipe, rows_sha256, parquet_sha256, segments_sha256)
+        report = verify_export(parquet, described, source, expected)
+        return report, "the export manifest" + "".join(f", {e.field} of {source}" for e in expected.checks), None
+    if source is not None:
+        raise UsageError(f"{parquet}: --from checks an export against the native file it comes from, and no "
+                         "export manifest describes this file")
+    expected = gather(parquet, manifest, recipe, rows_sha256, parquet_sha256, segments_sha256)
+    report = verify(parquet, expected)
+    return report, ", ".join(sorted({e.field for e in expected.checks})), diff_hint(parquet, expected, report)
 
 
 def diff_hint(parquet: Path, expected: Expected, report: Report) -> str | None:

@@ -41,6 +41,19 @@ def tiny_build(tiny_config, tmp_path_factory):
     return make(tiny_config, tmp_path_factory.mktemp("tiny"), progress=False)
 
 
+@pytest.fixture
+def private_tmp(tmp_path, monkeypatch):
+    """A $TMPDIR of the test's own (where a build spills), for this process (tempfile caches it) and the
+    processes it starts: what a build leaves there is the test's to see, and nothing leaks into /tmp."""
+    import tempfile
+
+    directory = tmp_path / "tmpdir"
+    directory.mkdir()
+    monkeypatch.setenv("TMPDIR", str(directory))
+    monkeypatch.setattr(tempfile, "tempdir", str(directory))
+    return directory
+
+
 @pytest.fixture(scope="session")
 def tokenizer():
     from databuild.encode.render import load_tokenizer

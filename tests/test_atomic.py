@@ -102,7 +102,7 @@ KILLED_MID_WRITE = textwrap.dedent("""
 """)
 
 
-def test_sigkill_mid_write_then_rerun(tiny_config, tiny_build, previous, tmp_path):
+def test_sigkill_mid_write_then_rerun(tiny_config, tiny_build, previous, tmp_path, private_tmp):
     marker = tmp_path / "marker"
     child = subprocess.Popen([sys.executable, "-c", KILLED_MID_WRITE, str(TINY_CONFIG), str(previous), str(marker)],
                              cwd=REPO)
@@ -113,6 +113,8 @@ def test_sigkill_mid_write_then_rerun(tiny_config, tiny_build, previous, tmp_pat
     os.kill(child.pid, signal.SIGKILL)
     child.wait()
     [partial] = previous.glob(f"{TINY}.parquet.*.partial")  # what a SIGKILL leaves: under a temporary name only
+    [spill] = private_tmp.iterdir()  # and its spill folder, which names its owner
+    assert spill.name.startswith("databuild-") and f"-{child.pid}-" in spill.name
     parquet = previous / tiny_build.parquet.name
     assert parquet.read_bytes() == tiny_build.parquet.read_bytes()
     report = verify(parquet, gather(parquet))
@@ -120,6 +122,7 @@ def test_sigkill_mid_write_then_rerun(tiny_config, tiny_build, previous, tmp_pat
     rerun = make(tiny_config, previous, progress=False)
     assert rerun.parquet.read_bytes() == tiny_build.parquet.read_bytes()
     still_the_previous_build(previous, tiny_build)
+    assert list(private_tmp.iterdir()) == []  # the rerun removed the dead one's spill, and its own
 
 
 class Crash(Exception):

@@ -204,7 +204,7 @@ def test_a_template_that_raises_refuses_that_conversation_only(tokenizer):
         Conversation(0, 0, "c-1", "s", messages(("system", "be brief"), ("user", "hi"), ("assistant", "hello"))),
         Conversation(1, 1, "c-2", "s", messages(("user", "hi"), ("assistant", "hello"))),
     ])
-    assert refused.problem == ("template_error", "the chat template raised TemplateError: no system role, please")
+    assert refused.problem[:2] == ("template_error", "the chat template raised TemplateError: no system role, please")
     assert fine.problem is None and fine.loss_mask.sum() > 0
 
 

@@ -153,7 +153,7 @@ def test_tools_and_reasoning_on_a_qwen_style_template(tokenizer, case):
 def test_a_field_the_template_changes_is_refused_not_guessed(tokenizer):
     msgs = ({"content": "Hi", "role": "user"}, {"role": "assistant", "content": "Yo", "reasoning_content": "\nhm\n"})
     out = encode(tokenizer, msgs, "assistant", family("qwen_tools_think", tagged=False), end_of_turn=("<|im_end|>",))
-    assert out.problem == ("mask_error", "assistant message 1: the rendered text depends on assistant content in a "
+    assert out.problem[:2] == ("mask_error", "assistant message 1: the rendered text depends on assistant content in a "
                                          "way character spans cannot follow")
 
 

@@ -121,7 +121,7 @@ class Encoder:
             try:
                 spans = self.spans(conversation, *item)
             except MaskError as exc:
-                out.append(_unbuildable(conversation, Problem(MASK_ERROR, str(exc))))
+                out.append(_unbuildable(conversation, Problem(MASK_ERROR, str(exc), exc.fix)))
                 continue
             except MACHINE_LIMITS as exc:
                 raise _machine_limit(conversation, exc) from None

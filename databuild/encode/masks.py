@@ -41,8 +41,10 @@ def assistant_spans(messages, text: str, placed: list[Placed], special_tokens: r
         closing = special_tokens.search(text, last)
         if closing is None or closing.group() not in end_of_turn:
             found = f"'{closing.group()}'" if closing else "none"
+            fix = (f"if {found} closes the template's assistant turns, add it to end_of_turn in the config "
+                   f"(end_of_turn: [{closing.group()!r}])") if closing else None
             raise fail(index, f"the first special token after it ({found}) is not a declared end of turn "
-                              f"({', '.join(sorted(end_of_turn))}; the config's end_of_turn adds more)")
+                              f"({', '.join(sorted(end_of_turn))}; the config's end_of_turn adds more)", fix)
         if k + 1 < len(groups) and groups[k + 1][0].start < closing.end():
             raise fail(index, "its end-of-turn token comes after the next assistant message")
         gap = text[last:closing.start()]

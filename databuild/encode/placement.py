@@ -23,11 +23,16 @@ PRIVATE_USE = range(0xE000, 0xF900)
 
 
 class MaskError(BuildError):
-    pass
+    """`fix`: the change that lets the build go on, when the cause is the config's rather than the
+    conversation's (which on_bad_conversation: skip would only skip, every time)."""
+
+    def __init__(self, message: str, fix: str | None = None):
+        super().__init__(message)
+        self.fix = fix
 
 
-def fail(message_index: int, why: str) -> MaskError:
-    return MaskError(f"assistant message {message_index}: {why}")
+def fail(message_index: int, why: str, fix: str | None = None) -> MaskError:
+    return MaskError(f"assistant message {message_index}: {why}", fix)
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 from collections import deque
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from itertools import islice
@@ -59,6 +60,9 @@ _worker_encoder: Encoder | None = None  # in a worker process: the one the pool 
 def _start_worker(encoder: Encoder) -> None:
     global _worker_encoder
     _worker_encoder = encoder
+    # Ctrl-C reaches the whole process group: a worker ends at once and silently, as on SIGTERM (no
+    # traceback of its own); the parent cleans up and says in one line what was stopped.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _encode_in_worker(batch: list[Conversation]) -> list[TokenizedConversation]:

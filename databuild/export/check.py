@@ -1,5 +1,10 @@
 """`databuild verify OUT` for an export: OUT against the manifest beside it and, with `--from FILE`,
 against a fresh export of the native file it claims to come from. Fails closed, naming what differs.
+
+Hashes and recipes (`--rows-sha256`, `--parquet-sha256`, `--segments-sha256`, `--recipe`) pin the
+native build, whose rows an export does not hold whole (masks shifted, padding dropped): on an export
+they are checked on the native file given by `--from`, which the export must then match; without
+`--from` they are refused (exit 2), never ignored.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from ..errors import BuildError
 from ..publish.manifest import manifest_path
 from ..inputs.pins import file_sha256
 from ..rowfile.write import partial_path
-from ..verify import Report, row_differences
+from ..verify import Expected, Report, UsageError, differences, row_differences
 from .content import ContentHasher
 from .stream import FORMAT
 
@@ -46,9 +51,17 @@ def export_manifest_of(parquet: Path, manifest: Path | None = None) -> dict[str,
     return data
 
 
-def verify_export(out: Path, manifest: dict[str, Any], source: Path | None = None) -> Report:
+def verify_export(out: Path, manifest: dict[str, Any], source: Path | None = None,
+                  native: Expected | None = None) -> Report:
+    """OUT against its manifest; with `source`, against a fresh export of it, and `native` (the
+    native build's expectations) checked on `source`."""
     from . import FORMATS
 
+    if native is not None and native.checks and source is None:
+        fields = ", ".join(sorted({e.field for e in native.checks}))
+        raise UsageError(f"{out}: {fields} pin the native row file, and this is a {manifest['export']} export of it "
+                         f"({manifest['source'].get('file', 'its source')}): add --from NATIVE.parquet to check them "
+                         "on that file and the export against it")
     report = Report([], [])
     output = manifest["output"]
     if manifest["export"] not in FORMATS:
@@ -75,7 +88,7 @@ def verify_export(out: Path, manifest: dict[str, Any], source: Path | None = Non
             report.failures.append(f"{path.name}: expected sha256 {sidecar.get('sha256')}, found {found}")
     _check_trainer_config(out, manifest, FORMATS[manifest["export"]](), report)
     if source is not None:
-        _check_against_source(out, manifest, Path(source), report)
+        _check_against_source(out, manifest, Path(source), report, native)
     return report
 
 
@@ -119,11 +132,14 @@ def _check_content(out: Path, manifest: dict[str, Any], schema: pa.Schema, repor
                                f"(the manifest){row_differences(manifest['row_digests'], tuple(content.row_digests))}")
 
 
-def _check_against_source(out: Path, manifest: dict[str, Any], source: Path, report: Report) -> None:
+def _check_against_source(out: Path, manifest: dict[str, Any], source: Path, report: Report,
+                          native: Expected | None) -> None:
     from . import make_format
     from .stream import verified_source, write_export
 
     summary = verified_source(source)
+    if native is not None:
+        report.failures += [f"{source.name}: {line}" for line in differences(native, summary)]
     for field in ("rows_sha256", "parquet_sha256"):
         if manifest["source"][field] != getattr(summary, field):
             report.failures.append(f"source.{field}: the export says it comes from {manifest['source'][field]}, "

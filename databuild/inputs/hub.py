@@ -7,6 +7,7 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import re
+import socket
 from pathlib import Path
 
 from ..errors import BuildError, first_line
@@ -25,6 +26,35 @@ def fetch_hint(name: str) -> str:
 NETWORK_HINT = "check the network, HF_ENDPOINT and any proxy settings"
 
 
+def offline_hint(name: str) -> str:
+    return (f"run 'databuild fetch {name}' on a machine that reaches the hub, into an HF_HOME this one reads, then "
+            f"'databuild make {name} --offline'; or give local copies (--dataset-dir / --tokenizer-dir, or the "
+            "config's dir)")
+
+
+def unreachable() -> str | None:
+    """Why no TCP connection opens to the hub endpoint (or to the proxy the environment names for it), in
+    words; None when one does. One attempt, HF_HUB_ETAG_TIMEOUT seconds at most (huggingface_hub's own
+    limit for a metadata request): where there is no network, huggingface_hub retries a refused or
+    unresolvable connection five times over 24 s before it gives up, logging each retry."""
+    from urllib.parse import urlsplit
+    from urllib.request import getproxies, proxy_bypass
+
+    from huggingface_hub import constants
+
+    url = urlsplit(constants.ENDPOINT)
+    host, port = url.hostname, url.port or (443 if url.scheme == "https" else 80)
+    proxy = getproxies().get(url.scheme)
+    if proxy and not proxy_bypass(host or ""):
+        proxied = urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+        host, port = proxied.hostname, proxied.port or (443 if proxied.scheme == "https" else 80)
+    try:
+        socket.create_connection((host, port), timeout=constants.HF_HUB_ETAG_TIMEOUT).close()
+    except OSError as exc:
+        return f"{host}:{port}: {exc.strerror or exc or type(exc).__name__}"
+    return None
+
+
 def hub_snapshot(repo: str, revision: str, repo_type: str, patterns: list[str], offline: bool,
                  hint: str) -> Path:
     """The cached snapshot of repo at revision (downloading the patterns unless offline); `hint`
@@ -34,11 +64,13 @@ def hub_snapshot(repo: str, revision: str, repo_type: str, patterns: list[str], 
                                         RepositoryNotFoundError, RevisionNotFoundError)
 
     where = f"{repo_type} {repo}@{revision}"
+    down = None if offline else unreachable()  # then the cache alone, as huggingface_hub would after its retries
     try:
         path = snapshot_download(repo, repo_type=repo_type, revision=revision, allow_patterns=patterns,
-                                 local_files_only=offline)
+                                 local_files_only=offline or down is not None)
     except LocalEntryNotFoundError:
-        why = "not in the hub cache and offline" if offline else "the hub is unreachable and it is not in the cache"
+        why = ("not in the hub cache and offline" if offline else f"the hub is unreachable ({down}) and it is not in "
+               "the cache" if down else "the hub is unreachable and it is not in the cache")
         raise BuildError(f"{where}: {why}; {hint}") from None
     # huggingface_hub's own messages for these start with the bare status line: say what it means.
     except GatedRepoError as exc:
@@ -95,10 +127,14 @@ def fetch_all(repo: str, revision: str, repo_type: str, patterns: list[str]) -> 
     """snapshot_download, then every file of the commit that the patterns select must be in the
     snapshot: with the hub unreachable, snapshot_download hands back whatever is cached, and a fetch
     that reported success over a partial cache would leave the offline build to find out."""
-    from huggingface_hub import HfApi
+    from huggingface_hub import HfApi, constants
 
-    snapshot = hub_snapshot(repo, revision, repo_type, patterns, False, NETWORK_HINT)
     where = f"{repo_type} {repo}@{revision}"
+    down = unreachable()
+    if down is not None:
+        raise BuildError(f"{where}: the hub at {constants.ENDPOINT} is unreachable ({down}); fetch on a machine that "
+                         f"reaches it, or {NETWORK_HINT}")
+    snapshot = hub_snapshot(repo, revision, repo_type, patterns, False, NETWORK_HINT)
     try:
         listed = HfApi().list_repo_files(repo, revision=revision, repo_type=repo_type)
     except Exception as exc:  # any failure to list means this fetch cannot vouch for the cache

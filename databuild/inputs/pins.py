@@ -58,7 +58,8 @@ def check_tokenizer_pins(directory: Path, pins: tuple[tuple[str, str], ...], whe
         if name not in found:
             raise BuildError(f"{where}: missing file {name} in {directory}; {hint}")
         if found[name] != expected:
-            raise BuildError(f"{where}: {name} sha256 is {found[name]}, the config pins {expected}")
+            raise BuildError(f"{where}: {name} sha256 is {found[name]}, the config pins {expected}: not the pinned "
+                             "file; use the tokenizer at the pinned commit, or pin this one (a new version of the config)")
     return hashes
 
 

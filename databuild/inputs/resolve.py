@@ -13,7 +13,7 @@ from ..errors import BuildError
 from ..sources.formats import adapter_for
 from ..sources.mixture import take_count, take_rows
 from ..sources.reader import SourceFile, source_files
-from .hub import check_cached_blob, fetch_all, fetch_hint, hub_snapshot, offline_mode
+from .hub import check_cached_blob, fetch_all, fetch_hint, hub_snapshot, offline_hint, offline_mode
 from .local import local_dir
 from .pins import TOKENIZER_PATTERNS, check_shards, check_tokenizer_pins, hash_files
 
@@ -57,7 +57,7 @@ def _source_root(config: BuildConfig, spec: SourceSpec, offline: bool) -> tuple[
     if spec.dir is not None:
         return local_dir(spec.dir, "source"), "local"
     root = hub_snapshot(spec.repo, spec.revision, "dataset", [f"data/{spec.split}-*.parquet"], offline,
-                        fetch_hint(config.name))
+                        offline_hint(config.name))
     return root, "hub"
 
 
@@ -65,7 +65,7 @@ def _resolve_tokenizer(config: BuildConfig, offline: bool) -> Path:
     spec = config.tokenizer
     if spec.dir is not None:
         return local_dir(spec.dir, "tokenizer")
-    return hub_snapshot(spec.repo, spec.revision, "model", list(TOKENIZER_PATTERNS), offline, fetch_hint(config.name))
+    return hub_snapshot(spec.repo, spec.revision, "model", list(TOKENIZER_PATTERNS), offline, offline_hint(config.name))
 
 
 def resolve_inputs(config: BuildConfig, offline: bool = False) -> ResolvedInputs:
@@ -73,7 +73,11 @@ def resolve_inputs(config: BuildConfig, offline: bool = False) -> ResolvedInputs
     offline = offline_mode(offline)
     tokenizer_dir = _resolve_tokenizer(config, offline)
     where = f"tokenizer {config.tokenizer.repo}@{config.tokenizer.revision}"
-    tokenizer_hashes = check_tokenizer_pins(tokenizer_dir, config.tokenizer.sha256, where, fetch_hint(config.name))
+    # A local folder is not the hub's to repair: the file comes from the repo at the pinned commit.
+    hint = fetch_hint(config.name) if config.tokenizer.dir is None else (
+        f"copy it into {tokenizer_dir} from {config.tokenizer.repo} at {config.tokenizer.revision} (the config pins "
+        "its sha256 under tokenizer.sha256)")
+    tokenizer_hashes = check_tokenizer_pins(tokenizer_dir, config.tokenizer.sha256, where, hint)
     if config.tokenizer.dir is None:
         for name, digest in tokenizer_hashes:
             check_cached_blob(tokenizer_dir / name, tokenizer_dir, f"{where}: {name}", digest)

@@ -46,7 +46,8 @@ def _dataset(document, where: str):
     workload = document.get("workload") if isinstance(document, dict) else None
     dataset = workload.get("dataset") if isinstance(workload, dict) else None
     if not isinstance(dataset, dict):
-        raise BuildError(f"{where}: no workload.dataset block")
+        raise BuildError(f"{where}: no workload.dataset block; add one ('workload:' then '  dataset: {{}}') for make "
+                         "--recipe to fill")
     return dataset
 
 

@@ -30,9 +30,11 @@ OVERLONG = "overlong"  # longer than a row under overlong: error (the packer's s
 
 
 class Problem(NamedTuple):
-    """Why a conversation cannot be built: its kind (one of the above) and reason."""
+    """Why a conversation cannot be built: its kind (one of the above) and reason; `fix`, when the cause
+    is the config's (every conversation would fail alike), the change that lets the build go on."""
     kind: str
     reason: str
+    fix: str | None = None
 
 
 @dataclass(frozen=True)
@@ -82,8 +84,8 @@ def refusal(bad: BadConversation, more: int = 0) -> BuildError:
     if bad.kind == OVERLONG:
         return BuildError(f"conversation longer than a row: {bad.message()}{others}; set overlong: drop or "
                           "truncate in the config to drop or cut such conversations")
-    return BuildError(f"conversation cannot be built ({bad.kind}): {bad.message()}{others}; "
-                      "set on_bad_conversation: skip in the config to skip and count such conversations")
+    fix = bad.problem.fix or "set on_bad_conversation: skip in the config to skip and count such conversations"
+    return BuildError(f"conversation cannot be built ({bad.kind}): {bad.message()}{others}; {fix}")
 
 
 def on_bad_conversation(policy: str, found: list[BadConversation]) -> list[BadConversation]:
