@@ -46,7 +46,8 @@ def list_configs():
 
     for name, path in available_configs().items():
         config = load_config(path)
-        sources = " + ".join(f"{s.repo}@{s.revision[:12]}" + (f" (take {s.take})" if s.take is not None else "")
+        sources = " + ".join((f"{s.repo}@{s.revision[:12]}" if s.repo else f"{s.dir} (local)")
+                             + (f" (take {s.take})" if s.take is not None else "")
                              + (f" [{s.format}]" if s.format != "messages" else "") for s in config.sources)
         click.echo(f"{name}\t{config.rows} rows x {config.row_tokens} tokens\t{sources}\t{path}")
 

@@ -130,6 +130,9 @@ def build_manifest(record: BuildRecord) -> dict[str, Any]:
                           for source in sorted(stats.tokens_by_source)},
             "sources": source_counts(record),
         },
+        # where a tokenizer pinned by content alone was read, for show and report (not a pin: a build
+        # whose folder moved is still up to date)
+        **({"tokenizer_dir": str(config.tokenizer.dir)} if config.tokenizer.repo is None else {}),
         "skipped_conversations": [bad.record() for bad in skipped],
         "versions": library_versions(),
         "row_digests": record.row_digests,
@@ -145,7 +148,8 @@ def source_pins(source) -> dict[str, Any]:
     from ..sources.mixture import selection_sha256
 
     spec = source.spec
-    return {"repo": spec.repo, "revision": spec.revision, "split": spec.split, "format": spec.format_config,
+    named = {} if spec.repo is not None else {"name": spec.name}  # pinned by content: the name it goes by
+    return {"repo": spec.repo, "revision": spec.revision, **named, "split": spec.split, "format": spec.format_config,
             "take": spec.take, "origin": source.origin,
             "files": [{"path": p, "bytes": b, "sha256": s, "rows": f.rows}
                       for (p, b, s), f in zip(source.hashes, source.files)],
@@ -167,7 +171,7 @@ def source_counts(record: BuildRecord) -> list[dict[str, Any]]:
     for number, source in enumerate(inputs.sources):
         kinds = {kind: sum(1 for b, s in zip(skipped, skipped_of) if s == number and b.kind == kind)
                  for kind in SKIPPED_KINDS}
-        counts.append({"repo": source.spec.repo, "selected": len(source.selected),
+        counts.append({"repo": source.spec.name, "selected": len(source.selected),
                        MALFORMED: malformed_of.count(number),
                        "conversations_read": streamed[number] - sum(kinds.values()),
                        "conversations_skipped": kinds})
