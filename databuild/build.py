@@ -24,6 +24,7 @@ from tqdm import tqdm
 
 from .config import BuildConfig
 from .encode.encoder import Encoder
+from .encode.ends import generation_stops, probe
 from .executors import encode_stream_on
 from .errors import BuildError
 from .rowfile.hashes import RowsHasher, SegmentsHasher
@@ -61,7 +62,7 @@ def encoder_pins(encoder: Encoder) -> dict[str, Any]:
     """What the manifest records of the render and mask set-up: the template used, by hash, the
     declared ends of turn, and the tokenizer.json blocks switched off."""
     return {"chat_template": encoder.renderer.pins(), "end_of_turn": sorted(encoder.end_of_turn),
-            "tokenizer_json_switched_off": encoder.switched_off}
+            "end_of_turn_from": encoder.end_of_turn_from, "tokenizer_json_switched_off": encoder.switched_off}
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,9 @@ def pin(config: BuildConfig, offline: bool = False) -> Pinned:
     tokenizer = load_tokenizer(inputs.tokenizer_dir)
     renderer = Renderer.for_tokenizer(tokenizer, config.template_kwargs_dict, config.chat_template_name)
     renderer.compile()
-    encoder = Encoder(tokenizer, renderer, config.loss_mask, config.end_of_turn)
+    encoder = Encoder(tokenizer, renderer, config.loss_mask, config.end_of_turn,
+                      generation_stops(inputs.tokenizer_dir, tokenizer))
+    probe(encoder)
     return Pinned(config, inputs, packing_for(tokenizer, config), encoder)
 
 

@@ -103,6 +103,7 @@ def build_manifest(record: BuildRecord) -> dict[str, Any]:
             "row_tokens": config.row_tokens,
             "chat_template": encoder_pins.get("chat_template"),
             "end_of_turn": encoder_pins.get("end_of_turn"),
+            "end_of_turn_from": encoder_pins.get("end_of_turn_from"),
             "packing": packing.record(),
         },
         "inputs": {
