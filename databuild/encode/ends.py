@@ -44,20 +44,31 @@ def generation_stops(directory: Path, tokenizer) -> tuple[str, ...]:
     return tuple(sorted(set(tokenizer.convert_ids_to_tokens(ids))))
 
 
-def probe(encoder) -> None:
-    """Refuse, in one line naming the fix, a template on which the `assistant` strategy cannot mask
-    even one plain exchange: every conversation would be refused the same way."""
+def probe_problem(encoder) -> tuple[str, str | None] | None:
+    """Why the `assistant` strategy cannot mask the template's own render of one plain exchange, and
+    the special token that follows the answer there (the end of turn to declare); None when it can,
+    or when it does not apply (another strategy, a tagged template, a template that refuses the exchange)."""
     from ..sources.bad import MASK_ERROR
     from ..sources.reader import Conversation
 
     if encoder.loss_mask != "assistant" or all(encoder.renderer.tagged.values()):
-        return
+        return None
     out = encoder.encode_batch([Conversation(0, 0, "probe", "probe", PROBE)])[0]
     if out.problem is None or out.problem.kind != MASK_ERROR:
-        return  # masked, or a template that wants more than this exchange: the conversations will tell
+        return None  # masked, or a template that wants more than this exchange: the conversations will tell
     text = encoder.renderer.render(PROBE)
     closing = encoder.special_tokens.search(text, text.rfind(PROBE_ANSWER) + len(PROBE_ANSWER))
-    fix = (f"set end_of_turn: ['{closing.group()}'] in the config (the token that closes its assistant turns)"
+    return out.problem.reason, closing.group() if closing else None
+
+
+def probe(encoder) -> None:
+    """Refuse, in one line naming the fix, a template on which the `assistant` strategy cannot mask
+    even one plain exchange: every conversation would be refused the same way."""
+    found = probe_problem(encoder)
+    if found is None:
+        return
+    reason, closing = found
+    fix = (f"set end_of_turn: ['{closing}'] in the config (the token that closes its assistant turns)"
            if closing else "use a template with {% generation %} tags, or loss_mask: muse_spark for harmony templates")
     raise BuildError(f"the loss mask refuses the template's own render of one user/assistant exchange, so every "
-                     f"conversation would be refused the same way ({out.problem.reason}); {fix}")
+                     f"conversation would be refused the same way ({reason}); {fix}")
