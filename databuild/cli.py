@@ -53,6 +53,17 @@ def list_configs():
         click.echo(f"{name}\t{config.rows} rows x {config.row_tokens} tokens\t{sources}\t{path}")
 
 
+def _echo_funnel(manifest: dict | None) -> None:
+    """Where every source row went (counts.funnel), when the manifest has it."""
+    from .publish.funnel import funnel_lines
+
+    found = ((manifest or {}).get("counts") or {}).get("funnel")
+    if found:
+        sources = found["sources"]
+        names = f" ({' + '.join(s['source'] for s in sources)})" if len(sources) > 1 else ""
+        click.echo(f"  where the source rows went{names}\n" + "\n".join(funnel_lines(found)))
+
+
 def _overrides(config, dataset_dir, tokenizer_dir):
     return config.with_overrides(dataset_dir=dataset_dir, tokenizer_dir=tokenizer_dir)
 
@@ -127,6 +138,7 @@ def make(name, out_dir, offline, dataset_dir, tokenizer_dir, workers, batch_size
                + (f"  time                   {result.seconds:.1f} s ({s['tokens'] / max(result.seconds, 1e-9):,.0f} "
                   "tokens/s)\n" if result.built is not None else "")
                + f"  manifest               {result.manifest}")
+    _echo_funnel(result.data)
     if recipe is not None:
         from .publish.recipe import update_recipe
         from .verify import gather, verify
@@ -251,6 +263,9 @@ def hash_command(parquet):
                 "padding_tokens"):
         click.echo(f"{key:<23}{getattr(summary, key)}")
     click.echo(f"{'supervised_token_ratio':<23}{summary.supervised_token_ratio!r}")
+    from .publish.manifest_read import manifest_beside
+
+    _echo_funnel(manifest_beside(parquet))  # not from the file: the manifest beside it says where its rows came from
 
 
 @main.command("verify")

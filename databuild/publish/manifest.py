@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ..pack.bfd import OVERLONG_COUNTS
 from ..pack.rows import NO_SUPERVISED_TOKEN
 from ..sources.bad import MALFORMED, SKIPPED_KINDS
+from .funnel import funnel
 
 if TYPE_CHECKING:
     from ..config import BuildConfig
@@ -130,6 +131,7 @@ def build_manifest(record: BuildRecord) -> dict[str, Any]:
                                    "tokens": stats.tokens_by_source[source]}
                           for source in sorted(stats.tokens_by_source)},
             "sources": source_counts(record),
+            "funnel": funnel(record),
         },
         # where a tokenizer pinned by content alone was read, for show and report (not a pin: a build
         # whose folder moved is still up to date)
