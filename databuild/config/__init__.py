@@ -6,11 +6,11 @@ dataclasses), `checks` (validation primitives), `sources` (the inputs section: s
 tokenizer), `load` (one YAML file, top-level keys and bounds), `find` (configs by name).
 """
 
-from .find import available_configs, config_dirs, resolve_config
+from .find import available_configs, config_dirs, config_path, resolve_config
 from .load import BOUNDS, PADDING_KEYS, TOP_KEYS, load_config, packing_keys
 from .schema import (BAD_CONVERSATION_POLICIES, COMMIT_RE, SHA256_RE, BuildConfig, SourceSpec,
                      TokenizerSpec)
 
 __all__ = ["BAD_CONVERSATION_POLICIES", "BOUNDS", "COMMIT_RE", "PADDING_KEYS", "SHA256_RE", "TOP_KEYS",
-           "BuildConfig", "SourceSpec", "TokenizerSpec", "available_configs", "config_dirs", "load_config",
+           "BuildConfig", "SourceSpec", "TokenizerSpec", "available_configs", "config_dirs", "config_path", "load_config",
            "packing_keys", "resolve_config"]
