@@ -216,8 +216,8 @@ def init(name, tokenizer, sources, formats, rows, row_tokens, split, seed, loss_
     click.echo(f"{path}")
     for number, source in enumerate(config["sources"]):
         where = source.get("repo") or source.get("dir")
-        click.echo(f"  source {number}  {where} ({source['format'] if isinstance(source['format'], str) else 'columns'}, "
-                   f"{len(source['sha256'])} files pinned)")
+        fmt = source["format"] if isinstance(source["format"], str) else "columns"
+        click.echo(f"  source {number}  {where} ({fmt}, {len(source['sha256'])} files pinned)")
     click.echo(f"  tokenizer {config['tokenizer'].get('repo') or config['tokenizer'].get('dir')} "
                f"({len(config['tokenizer']['sha256'])} files pinned)")
     if "end_of_turn" in config:
@@ -250,7 +250,8 @@ def fetch(name):
 @click.argument("parquet", type=click.Path(dir_okay=False, path_type=Path))
 @one_line_errors
 def hash_command(parquet):
-    """Print the pinned figures of a row file, computed from the file alone.
+    """Print the pinned figures of a row file, computed from the file alone; then, from the manifest
+    beside it, where every source row went (the funnel).
 
     \b
     Example:

@@ -5,9 +5,12 @@ by transformers' own apply_chat_template."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from conftest import SOURCE_DIR, write_config
 from databuild.build import make
@@ -121,3 +124,14 @@ def test_the_tiny_build_funnel_and_where_it_is_shown(tiny_build, tmp_path):
     assert shown.returncode == 0 and "where the source rows went" in shown.stdout
     kept_line = next(line for line in shown.stdout.splitlines() if "in kept rows" in line)
     assert kept_line.split()[-1] == f"{len(kept_ids):,}"
+
+
+def test_a_funnel_edited_into_another_shape_is_refused(tiny_build, tmp_path):
+    from databuild.errors import BuildError
+    from databuild.publish.manifest_read import read_manifest
+
+    manifest = json.loads(tiny_build.manifest.read_text())
+    manifest["counts"]["funnel"]["sources"][0]["in_kept_rows"] = "13"
+    (tmp_path / "m.manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(BuildError, match=r"counts.funnel.sources\[0\].in_kept_rows is str '13', expected int"):
+        read_manifest(tmp_path / "m.manifest.json")

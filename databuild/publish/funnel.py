@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     from .manifest import BuildRecord
 
 OVERLONG, EMPTY_RENDER = "overlong", "empty_render"
+BOXES = ("rows", "not_taken", "taken", "not_reached", "read", "packed", "in_kept_rows", "in_rows_without_target",
+         "not_written")  # the counts of an entry, besides `dropped` (by kind)
 
 
 def _per_source(firsts: list[int], rows, sources: int) -> list[int]:
@@ -53,8 +55,8 @@ def funnel(record: BuildRecord) -> dict[str, Any]:
     for number, source in enumerate(inputs.sources):
         drops = {kind: dropped[kind][number] for kind in kinds}
         packed = read[number] - sum(drops.values())
-        sources.append({"source": source.spec.name, "rows": source.rows, "not_taken": source.rows - len(source.selected),
-                        "taken": len(source.selected), "not_reached": len(source.selected) - read[number],
+        sources.append({"source": source.spec.name, "rows": source.rows,
+                        "not_taken": source.rows - len(source.selected), "taken": len(source.selected), "not_reached": len(source.selected) - read[number],
                         "read": read[number], "dropped": drops, "packed": packed, "in_kept_rows": kept[number],
                         "in_rows_without_target": without_target[number],
                         "not_written": packed - kept[number] - without_target[number]})

@@ -92,7 +92,8 @@ def compose(options: InitOptions, tokenizer: Located, inspected: Inspected,
     spec.yaml_add_eol_comment("every tokenizer file's sha256 (generation_config.json included: its stop tokens)",
                               "sha256")
     config["tokenizer"] = spec
-    config.yaml_set_comment_before_after_key("tokenizer", before="The tokenizer and its chat template, pinned file by file.")
+    config.yaml_set_comment_before_after_key("tokenizer",
+                                             before="The tokenizer and its chat template, pinned file by file.")
     if inspected.reads_clock:
         config["template_kwargs"] = CommentedMap(current_date=Quoted(options.current_date))
         config["template_kwargs"].yaml_add_eol_comment("the template reads the clock: the date every render says",

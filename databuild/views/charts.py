@@ -148,7 +148,7 @@ def funnel_chart(found: dict) -> str:
         ("packed", "packed"), ("in kept rows", "in_kept_rows"), ("only in rows without a target",
                                                                  "in_rows_without_target"),
         ("packed, not written", "not_written"))]
-    names = " + ".join(s["source"] for s in sources)
+    names = f" ({' + '.join(s['source'] for s in sources)})" if len(sources) > 1 else ""
     caption = (f"every source row in exactly one box: not taken, not reached, dropped by kind, or packed (in kept "
-               f"rows, only in rows without a target, or not written); conversations{f' ({names})' if len(sources) > 1 else ''}")
+               f"rows, only in rows without a target, or not written); conversations{names}")
     return _figure("Where the source rows went", svg_hbars(items, WIDE), caption, wide=True)
