@@ -266,7 +266,10 @@ def hash_command(parquet):
     click.echo(f"{'supervised_token_ratio':<23}{summary.supervised_token_ratio!r}")
     from .publish.manifest_read import manifest_beside
 
-    _echo_funnel(manifest_beside(parquet))  # not from the file: the manifest beside it says where its rows came from
+    try:  # not from the file: the manifest beside it says where its rows came from, when it can be read
+        _echo_funnel(manifest_beside(parquet))
+    except BuildError as exc:  # the figures above stand on the file alone
+        click.echo(f"  (no funnel: {exc})")
 
 
 @main.command("verify")

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
+import shutil
 import subprocess
 import sys
 
@@ -126,10 +128,21 @@ def test_init_then_make_with_phi3(tmp_path):
     assert "the template has no generation tags" in text
 
 
+def untagged_harmony(tmp_path):
+    """The fixture's harmony template without its generation tags: the assistant rule cannot close its
+    turns (<|end|>, <|return|>), and muse_spark is the strategy for it."""
+    directory = tmp_path / "harmony"
+    shutil.copytree(TOKENIZER_DIR, directory)
+    template = directory / "chat_template.jinja"
+    template.write_text(re.sub(r"\{%-?\s*(end)?generation\s*-?%\}", "", template.read_text()))
+    return directory
+
+
 @pytest.mark.parametrize("change, message", [
     ({"rows": None}, "init cannot decide rows: pass --rows N"),
     ({"tokenizer": "no_eot"}, "pass --end-of-turn '<|im_end|>'"),
     ({"tokenizer": "muse"}, "the chat template reads the clock (strftime_now): pass --current-date YYYY-MM-DD"),
+    ({"tokenizer": "untagged_harmony", "date": True}, "it writes harmony turns: pass --loss-mask muse_spark"),
     ({"source": "ambiguous"}, "the schema fits the formats messages, sharegpt: pass --format NAME"),
     ({"source": "nothing"}, "no known format fits the schema (id: string, text: string)"),
     ({"source": "org/absent"}, "dataset org/absent@main: not in the hub cache and offline"),
@@ -138,7 +151,7 @@ def test_init_then_make_with_phi3(tmp_path):
 ])
 def test_what_init_cannot_decide_it_asks_for(tmp_path, change, message):
     tokenizers = {"no_eot": chatml_tokenizer(tmp_path), "muse": TOKENIZER_DIR,
-                  None: chatml_tokenizer(tmp_path / "ok", eos_token_id=7)}
+                  "untagged_harmony": untagged_harmony(tmp_path), None: chatml_tokenizer(tmp_path / "ok", eos_token_id=7)}
     tables = {"ambiguous": pa.table({"messages": [[{"role": "user", "content": "a"}]],
                                      "conversations": [[{"from": "human", "value": "a"}]]}),
               "nothing": pa.table({"id": ["x"], "text": ["y"]})}
@@ -151,7 +164,8 @@ def test_what_init_cannot_decide_it_asks_for(tmp_path, change, message):
         (tmp_path / "configs").mkdir()
         (tmp_path / "configs" / "x.yaml").write_text("name: x\n")
     args = ["init", "x", "--tokenizer", tokenizers[change.get("tokenizer")], "--source", source, "--row-tokens", 64,
-            *([] if "rows" in change else ["--rows", 2]), "--offline"]
+            *([] if "rows" in change else ["--rows", 2]), "--offline",
+            *(["--current-date", "2026-10-01"] if change.get("date") else [])]
     for fmt in change.get("format", []):
         args += ["--format", fmt]
     result = databuild(*args, cwd=tmp_path, cache=tmp_path / "empty-cache")

@@ -69,8 +69,10 @@ def inspect_template(directory: Path, loss_mask: str, name: str | None, current_
         found = probe_problem(encoder)
         if found is not None:
             reason, closing = found
-            fix = (f"pass --end-of-turn '{closing}' (the token after the answer in its render)" if closing else
-                   "pass --loss-mask muse_spark for a harmony template, or use a template with generation tags")
+            harmony = any("<|channel|>" in t and "<|message|>" in t for t in renderer.templates.values())
+            fix = ("it writes harmony turns: pass --loss-mask muse_spark" if harmony else
+                   f"pass --end-of-turn '{closing}' (the token after the answer in its render)" if closing else
+                   "use a template with generation tags, or pass --loss-mask muse_spark for a harmony template")
             raise BuildError(f"the assistant mask refuses the template's own render of one user/assistant exchange "
                              f"({reason}): {fix}")
     return Inspected(tuple(sorted(templates)), tuple(renderer.templates), tagged, reads_clock,
