@@ -151,7 +151,8 @@ def untagged_harmony(tmp_path):
 ])
 def test_what_init_cannot_decide_it_asks_for(tmp_path, change, message):
     tokenizers = {"no_eot": chatml_tokenizer(tmp_path), "muse": TOKENIZER_DIR,
-                  "untagged_harmony": untagged_harmony(tmp_path), None: chatml_tokenizer(tmp_path / "ok", eos_token_id=7)}
+                  "untagged_harmony": untagged_harmony(tmp_path),
+                  None: chatml_tokenizer(tmp_path / "ok", eos_token_id=7)}
     tables = {"ambiguous": pa.table({"messages": [[{"role": "user", "content": "a"}]],
                                      "conversations": [[{"from": "human", "value": "a"}]]}),
               "nothing": pa.table({"id": ["x"], "text": ["y"]})}
