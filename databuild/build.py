@@ -39,7 +39,8 @@ from .pack.policy import Packing, pack, packing_for
 from .pack.rows import PackStats
 from .sources.mixture import stream_positions
 from .encode.render import Renderer, load_tokenizer
-from .sources.bad import OVERLONG, BadConversation, Problem, bad_conversation, buildable, marked, on_bad_conversation, refusal
+from .sources.bad import (OVERLONG, BadConversation, Problem, bad_conversation, buildable, marked, on_bad_conversation,
+                          refusal, template_wide)
 from .sources.reader import Conversation
 from .sources.spill import Spill, expected_prefix
 from .rowfile.write import WRITER_OPTIONS, partial_path, partials, publish, rows_per_group, write_rows
@@ -196,7 +197,8 @@ def _make(prepared: Prepared, final: Path, workers: int, batch_size: int, progre
         if written < config.rows:
             raise BuildError(f"the source ran out: {written} rows kept of the {config.rows} the config asks for "
                              f"({stats.conversations_read} conversations packed, {len(skipped)} skipped as bad, "
-                             f"{stats.rows_skipped_unsupervised} rows skipped without targets)")
+                             f"{stats.rows_skipped_unsupervised} rows skipped without targets)"
+                             + template_wide(skipped, written))
         check_unchanged(inputs)
         manifest = manifest_of(prepared, final.name, stats, skipped, hasher, segments, file_sha256(partial))
     except BaseException:

@@ -94,3 +94,19 @@ def test_phi3_inferred_ends_of_turn_build_the_declared_rows(tmp_path):
     assert inferred.data["output"]["rows_sha256"] == declared.data["output"]["rows_sha256"]
     assert inferred.data["output"]["supervised_tokens"] > 0
     assert inferred.data["build"]["end_of_turn_from"] == "generation_config"
+
+
+def test_every_conversation_refused_the_same_way_is_said_with_the_fix(tmp_path):
+    """A template the one-exchange check lets through but whose turns in the source all end otherwise
+    (contrived: after a first message 'Hi', as the check's, it closes turns with EOS; else with <|im_end|>,
+    which is not declared)."""
+    directory = chatml_tokenizer(tmp_path)
+    (directory / "chat_template.jinja").write_text(UNTAGGED_CHATML.replace(
+        "message.content + '<|im_end|>'", "message.content + (eos_token if messages[0].content == 'Hi' "
+                                          "else '<|im_end|>')"))
+    with pytest.raises(BuildError) as error:
+        build(tmp_path, directory, "refused", on_bad_conversation="skip")
+    message = str(error.value)
+    assert message.startswith("the source ran out: 0 rows kept") and "\n" not in message
+    assert "no row kept, and all 294 conversations refused were refused the same way (mask_error, e.g. " in message
+    assert "set end_of_turn in the config to the token after each answer" in message
