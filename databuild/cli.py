@@ -214,12 +214,15 @@ def init(name, tokenizer, sources, formats, rows, row_tokens, split, seed, loss_
                           on_bad_conversation, offline, force)
     path, config = init_config(options)
     click.echo(f"{path}")
+    def pinned(entry) -> str:
+        return f"{len(entry['sha256'])} file{'s' if len(entry['sha256']) != 1 else ''} pinned"
+
     for number, source in enumerate(config["sources"]):
         where = source.get("repo") or source.get("dir")
         fmt = source["format"] if isinstance(source["format"], str) else "columns"
-        click.echo(f"  source {number}  {where} ({fmt}, {len(source['sha256'])} files pinned)")
+        click.echo(f"  source {number}  {where} ({fmt}, {pinned(source)})")
     click.echo(f"  tokenizer {config['tokenizer'].get('repo') or config['tokenizer'].get('dir')} "
-               f"({len(config['tokenizer']['sha256'])} files pinned)")
+               f"({pinned(config['tokenizer'])})")
     if "end_of_turn" in config:
         click.echo(f"  end_of_turn {', '.join(config['end_of_turn'])}")
     click.echo(f"next: databuild make {path if options.out else name}")

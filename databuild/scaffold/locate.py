@@ -36,6 +36,8 @@ class Located:
 
 def _hub(given: str, kind: str, patterns: list[str], offline: bool, option: str) -> tuple[Path, str, str, str | None]:
     repo, _, asked = given.partition("@")
+    if given.startswith(("/", ".", "~")) or given.count("/") > 1:
+        raise BuildError(f"{option} {given}: no such folder")
     if not REPO_RE.match(repo):
         raise BuildError(f"{option} {given}: neither a local folder nor a hub repo (ORG/NAME or ORG/NAME@REVISION)")
     revision = asked or "main"
