@@ -18,7 +18,7 @@ from databuild.errors import BuildError
 from test_local_pins import content_pinned
 
 
-def run(*args, cwd=None):
+def run(*args):
     return CliRunner().invoke(main, [str(a) for a in args])
 
 

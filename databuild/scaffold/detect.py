@@ -23,7 +23,7 @@ TOOL_FIELDS = ("tool_calls", "tool_call_id", "name", "reasoning_content", "think
 @dataclass(frozen=True)
 class Detected:
     format: str | dict[str, str]  # as the config spells it
-    why: str  # for the comment: what in the schema decided it
+    why: str  # for the comment: what decided it
     extras: tuple[str, ...]  # tool or reasoning fields, and a tools column, the schema holds
 
 
@@ -60,14 +60,15 @@ def detect_format(path: Path, given: str) -> Detected:
     named = [name for name, adapter in FORMATS.items() if adapter.schema_problem(schema) is None]
     if len(named) == 1:
         adapter = FORMATS[named[0]]
-        return Detected(named[0], f"columns {', '.join(adapter.message_columns)}",
+        return Detected(named[0], f"detected from the schema (columns {', '.join(adapter.message_columns)})",
                         _extras(schema, list(adapter.message_columns)))
     if len(named) > 1:
         raise BuildError(f"--source {given}: the schema fits the formats {', '.join(named)}: pass --format NAME")
     mappings = _mappings(schema)
     if len(mappings) == 1:
         mapping = mappings[0]
-        return Detected(mapping, f"column {mapping['messages']} of {mapping['role']}/{mapping['content']}",
+        return Detected(mapping, f"detected from the schema (column {mapping['messages']} of "
+                                 f"{mapping['role']}/{mapping['content']})",
                         _extras(schema, [mapping["messages"]]))
     columns = ", ".join(f"{f.name}: {f.type}" for f in schema)
     if mappings:

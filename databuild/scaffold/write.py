@@ -65,10 +65,10 @@ def _source(located: Located, detected: Detected, split: str, config_dir: Path) 
     _origin(entry, located, config_dir)
     if split != "train":
         entry["split"] = split
-        entry.yaml_add_eol_comment("the files data/{split}-*.parquet", "split")
+        entry.yaml_add_eol_comment(f"the files data/{split}-*.parquet", "split")
     entry["format"] = detected.format if isinstance(detected.format, str) else CommentedMap(detected.format)
     extras = f"; tool/reasoning fields: {', '.join(detected.extras)}" if detected.extras else ""
-    entry.yaml_add_eol_comment(f"detected from the schema ({detected.why}){extras}", "format")
+    entry.yaml_add_eol_comment(f"{detected.why}{extras}", "format")
     entry["sha256"] = CommentedMap(located.pins)
     entry.yaml_add_eol_comment(f"every data file's sha256, checked before a row is built "
                                f"({len(located.files)} file{'s' if len(located.files) != 1 else ''})", "sha256")
