@@ -180,3 +180,27 @@ def test_init_help_has_examples():
     result = subprocess.run([sys.executable, "-m", "databuild", "init", "--help"], capture_output=True, text=True,
                             cwd=REPO)
     assert result.returncode == 0 and "databuild init my-sft --tokenizer" in result.stdout
+
+
+def test_init_resolves_a_branch_over_http_then_make_builds_offline(tmp_path):
+    """Online, through huggingface_hub's real download path against the stand-in hub: `main` is asked
+    of the revision API and written as its commit; the files init downloaded are what make builds from."""
+    from hub_server import HubServer
+    from test_hub import SOURCE_COMMIT, SOURCE_REPO, TOKENIZER_COMMIT, TOKENIZER_REPO
+    from test_hub_http import fixture_repos
+    from test_hub_http import run as run_against
+
+    branches = {("dataset", SOURCE_REPO, "main"): SOURCE_COMMIT, ("model", TOKENIZER_REPO, "v1"): TOKENIZER_COMMIT}
+    with HubServer(fixture_repos(), branches=branches) as server:
+        made = run_against(server, tmp_path / "home", "init", "online", "--tokenizer", f"{TOKENIZER_REPO}@v1",
+                           "--source", SOURCE_REPO, "--rows", "4", "--row-tokens", "512", "--loss-mask", "muse_spark",
+                           "--current-date", "2026-10-01", "-o", str(tmp_path / "online.yaml"))
+    assert made.returncode == 0, made.stderr
+    text = (tmp_path / "online.yaml").read_text()
+    assert f'revision: "{SOURCE_COMMIT}"  # \'main\' resolved to its commit' in text
+    assert f'revision: "{TOKENIZER_COMMIT}"  # \'v1\' resolved to its commit' in text
+    env = {"HF_HOME": str(tmp_path / "home"), "HF_HUB_CACHE": str(tmp_path / "home" / "hub")}
+    built = subprocess.run([sys.executable, "-m", "databuild", "make", str(tmp_path / "online.yaml"), "--offline",
+                            "--out", str(tmp_path / "out")], capture_output=True, text=True, cwd=REPO,
+                           env={**os.environ, **env}, timeout=300)
+    assert built.returncode == 0, built.stderr
