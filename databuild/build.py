@@ -25,6 +25,7 @@ from tqdm import tqdm
 
 from .config import BuildConfig
 from .encode.encoder import Encoder
+from .encode.ends import generation_stops, probe
 from .executors import encode_stream_on
 from .errors import BuildError
 from .rowfile.hashes import RowsHasher, SegmentsHasher
@@ -39,7 +40,8 @@ from .pack.policy import Packing, pack, packing_for
 from .pack.rows import PackStats
 from .sources.mixture import stream_positions
 from .encode.render import Renderer, load_tokenizer
-from .sources.bad import OVERLONG, SKIPPED_KINDS, BadConversation, Problem, bad_conversation, buildable, marked, on_bad_conversation, refusal
+from .sources.bad import (OVERLONG, SKIPPED_KINDS, BadConversation, Problem, bad_conversation, buildable, marked,
+                          on_bad_conversation, refusal, template_wide)
 from .sources.reader import Conversation
 from .sources.spill import Spill, expected_prefix, remove_stale_spill_folders, spill_folder
 from .rowfile.write import WRITER_OPTIONS, partial_path, partials, publish, rows_per_group, write_rows
@@ -62,7 +64,7 @@ def encoder_pins(encoder: Encoder) -> dict[str, Any]:
     """What the manifest records of the render and mask set-up: the template used, by hash, the
     declared ends of turn, and the tokenizer.json blocks switched off."""
     return {"chat_template": encoder.renderer.pins(), "end_of_turn": sorted(encoder.end_of_turn),
-            "tokenizer_json_switched_off": encoder.switched_off}
+            "end_of_turn_from": encoder.end_of_turn_from, "tokenizer_json_switched_off": encoder.switched_off}
 
 
 @dataclass(frozen=True)
@@ -80,7 +82,9 @@ def pin(config: BuildConfig, offline: bool = False) -> Pinned:
     tokenizer = load_tokenizer(inputs.tokenizer_dir)
     renderer = Renderer.for_tokenizer(tokenizer, config.template_kwargs_dict, config.chat_template_name)
     renderer.compile()
-    encoder = Encoder(tokenizer, renderer, config.loss_mask, config.end_of_turn)
+    encoder = Encoder(tokenizer, renderer, config.loss_mask, config.end_of_turn,
+                      generation_stops(inputs.tokenizer_dir, tokenizer))
+    probe(encoder)
     return Pinned(config, inputs, packing_for(tokenizer, config), encoder)
 
 
@@ -182,7 +186,9 @@ def ran_out(written: int, rows: int, stats: PackStats, skipped: list[BadConversa
         (stats.empty_renders, "rendered to no token")) if n]
     fates += [f"{kinds[kind]} skipped as {kind}" for kind in SKIPPED_KINDS if kinds[kind]]
     total = stats.conversations_read + stats.empty_renders + len(skipped)
-    if len(skipped) > max(packed, dropped):
+    if template_wide(skipped, written):
+        fix = template_wide(skipped, written).removeprefix("; ")
+    elif len(skipped) > max(packed, dropped):
         first = skipped[0]
         fix = f"most were skipped; the first, {first.message()}" + (f"; {first.problem.fix}" if first.problem.fix else "")
     elif dropped > packed:

@@ -14,8 +14,8 @@ from .errors import one_line_errors
 
 
 EXIT_USAGE = 2  # diff: usage error or unreadable input; 0 and 1 say identical or not
-_TOKENIZER_HELP = ("A tokenizer directory, or a config name whose tokenizer to use. Default: the one the "
-                   "manifest beside PARQUET pins, from the hub cache or a config's tokenizer dir.")
+_TOKENIZER_HELP = ("A tokenizer directory, or a config (name or path) whose tokenizer to use. Default: the one "
+                   "the manifest beside PARQUET pins: the folder it was read from, the hub cache, or a config's dir.")
 
 # ANSI: green for targets, bold cyan for conversation starts; reset after each so nothing leaks.
 _ANSI_TARGET, _ANSI_MARKER, _ANSI_RESET = "\x1b[32m", "\x1b[1;36m", "\x1b[0m"
@@ -73,7 +73,7 @@ def show(parquet, row, name_or_dir, color):
 @click.command()
 @click.argument("parquet", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
-              help="Where to write the page. Default: NAME.report.html in the current directory.")
+              help="Where to write the page. Default: NAME.report.html beside PARQUET.")
 @click.option("--rows", "rows", type=click.IntRange(min=0), default=8, show_default=True,
               help="How many of the first rows the row viewer shows.")
 @click.option("--tokenizer", "name_or_dir", metavar="NAME_OR_DIR",
@@ -98,7 +98,7 @@ def report(parquet, output, rows, name_or_dir, against):
     from .views.report import render_report
 
     page = render_report(parquet, rows, name_or_dir, against)
-    output = output or Path(parquet.name.removesuffix(".parquet") + ".report.html")
+    output = output or parquet.with_name(parquet.name.removesuffix(".parquet") + ".report.html")
     try:
         output.write_text(page, encoding="utf-8")
     except OSError as exc:

@@ -28,6 +28,7 @@ from urllib.parse import unquote, urlsplit
 Files = dict[str, bytes]
 LFS_MIN_BYTES = 100_000  # larger files are LFS (as tokenizer.json is on the hub); parquet always is
 TREE_RE = re.compile(r"/api/(models|datasets)/([^/]+/[^/]+)/tree/([^/]+)$")
+REVISION_RE = re.compile(r"/api/(models|datasets)/([^/]+/[^/]+)/revision/([^/]+)$")  # a branch's commit
 RESOLVE_RE = re.compile(r"/(datasets/)?([^/]+/[^/]+)/resolve/([^/]+)/(.+)$")
 LFS_RE = re.compile(r"/lfs/([0-9a-f]{64})$")
 
@@ -66,11 +67,14 @@ class HubServer:
     may alter it to play a transfer that went wrong, and `cut_lfs_after` N makes the CDN close the
     connection after N bytes of a file, and `down` makes the hub answer every request with a bare 403,
     as a hub behind a failing proxy would (`down_for` N: the next N requests only, as a proxy that
-    recovers). Use as a context manager; `url` is the HF_ENDPOINT."""
+    recovers). `branches` {(repo_type, repo_id, branch): commit} answers the revision API, which
+    resolves a branch to its commit. Use as a context manager; `url` is the HF_ENDPOINT."""
 
-    def __init__(self, repos: dict[tuple[str, str, str], Files], tokens: dict[tuple[str, str], str] | None = None):
+    def __init__(self, repos: dict[tuple[str, str, str], Files], tokens: dict[tuple[str, str], str] | None = None,
+                 branches: dict[tuple[str, str, str], str] | None = None):
         self.repos = repos
         self.tokens = tokens or {}
+        self.branches = branches or {}  # (repo_type, repo_id, branch): its commit, for the revision API
         self.lfs = {hashlib.sha256(data).hexdigest(): data for files in repos.values()
                     for path, data in files.items() if is_lfs(path, data)}
         self.requests: list[Request] = []
@@ -137,6 +141,10 @@ class HubServer:
             down, self.down_for = self.down or self.down_for > 0, max(0, self.down_for - 1)
         if down:
             return 403, {}, b"forbidden by the proxy"
+        if (match := REVISION_RE.fullmatch(path)) and (key := (match.group(1)[:-1], match.group(2),
+                                                                  match.group(3))) in self.branches:
+            info = {"id": key[1], "sha": self.branches[key]}
+            return 200, {"Content-Type": "application/json"}, json.dumps(info).encode()
         if match := TREE_RE.fullmatch(path):
             repo_type, repo_id, commit = match.group(1)[:-1], match.group(2), match.group(3)
             file_path = None

@@ -20,8 +20,8 @@ BAD_CONVERSATION_POLICIES = ("error", "skip")
 
 @dataclass(frozen=True)
 class SourceSpec:
-    repo: str
-    revision: str
+    repo: str | None  # None: a local `dir` pinned by its files' content alone
+    revision: str | None  # a 40-hex commit; None exactly when repo is
     split: str = "train"
     dir: Path | None = None  # a local copy laid out like the hub repo, used in place of the hub
     take: int | float | None = None  # a count of rows, or a fraction (0, 1] of the source; None: every row
@@ -29,6 +29,16 @@ class SourceSpec:
     columns: tuple[tuple[str, str], ...] = ()  # format "columns": (key, column or field name), sorted
     key: str = field(default="source", compare=False)  # where the config holds it: source, or sources[i]
     ignore_fields: tuple[str, ...] = ()  # columns and message fields left out on purpose, as the config lists them
+    sha256: tuple[tuple[str, str], ...] = ()  # (file path in the source, hex digest), sorted; () pins none
+
+    @property
+    def name(self) -> str:
+        """What names the source in rows, ids and messages: its repo, else its folder's name."""
+        return self.repo if self.repo is not None else self.dir.name
+
+    @property
+    def where(self) -> str:
+        return f"dataset {self.repo}@{self.revision}" if self.repo is not None else f"dataset dir {self.dir}"
 
     @property
     def format_config(self) -> str | dict[str, str]:
@@ -38,10 +48,14 @@ class SourceSpec:
 
 @dataclass(frozen=True)
 class TokenizerSpec:
-    repo: str
-    revision: str
+    repo: str | None  # None: a local `dir` pinned by its files' content alone
+    revision: str | None
     sha256: tuple[tuple[str, str], ...]  # (file name, hex digest), sorted by file name
     dir: Path | None = None
+
+    @property
+    def where(self) -> str:
+        return f"tokenizer {self.repo}@{self.revision}" if self.repo is not None else f"tokenizer dir {self.dir}"
 
 
 @dataclass(frozen=True)

@@ -10,20 +10,47 @@ from .checks import _commit, _fail, _local_dir, _reject_unknown, _take
 from .schema import SHA256_RE, SourceSpec, TokenizerSpec
 
 
+def _origin(raw: dict, where: str, base: Path) -> tuple[str | None, str | None, Path | None]:
+    """(repo, revision, dir): a hub repo at a commit, with or without a local copy; or a local `dir`
+    alone, pinned by its files' content (no repo, no revision)."""
+    directory = _local_dir(raw, where, base)
+    if directory is not None and "repo" not in raw and "revision" not in raw:
+        return None, None, directory
+    if directory is not None and "repo" not in raw:
+        raise _fail(where, "revision", raw["revision"], "a revision pins a repo: give 'repo' too, or leave both "
+                                                        "out to pin the local dir by its files' sha256")
+    if "repo" not in raw:
+        raise BuildError(f"{where}: missing key 'repo': a hub repo with its 'revision', or a local 'dir'")
+    return _take(raw, "repo", str, where), _commit(raw, "revision", where), directory
+
+
+def _digests(raw: dict, where: str, required: bool) -> tuple[tuple[str, str], ...]:
+    """The `sha256` mapping (file path -> 64 hex digits), sorted by path."""
+    if required and "sha256" not in raw:
+        raise BuildError(f"{where}: missing key 'sha256': the sha256 of each file it pins, which is what pins a "
+                         "local dir without repo and revision ('databuild init' writes them)")
+    pins = _take(raw, "sha256", dict, where, {})
+    for name, digest in pins.items():
+        if not isinstance(digest, str) or not SHA256_RE.match(digest):
+            raise _fail(where, f"sha256.{name}", digest, "expected 64 lowercase hex digits")
+    return tuple(sorted((str(name), digest) for name, digest in pins.items()))
+
+
 def _source(raw: Any, key: str, where: str, base: Path) -> SourceSpec:
     if not isinstance(raw, dict):
         raise _fail(where, key, raw, "expected a mapping")
     where = f"{where}: {key}"
-    _reject_unknown(raw, {"repo", "revision", "split", "dir", "take", "format", "ignore_fields"}, where)
+    _reject_unknown(raw, {"repo", "revision", "split", "dir", "take", "format", "sha256", "ignore_fields"}, where)
     take = _take(raw, "take", (int, float), where, None)
     if isinstance(take, bool) or isinstance(take, int) and take <= 0:
         raise _fail(where, "take", take, "a count of rows (a positive int) or a fraction (a float in (0, 1])")
     if isinstance(take, float) and not 0 < take <= 1:
         raise _fail(where, "take", take, "a fraction is a float in (0, 1]; a count is an int")
     name, columns = _format(raw.get("format", "messages"), where)
-    return SourceSpec(_take(raw, "repo", str, where), _commit(raw, "revision", where),
-                      _take(raw, "split", str, where, "train"), _local_dir(raw, where, base), take, name, columns, key,
-                      _ignore_fields(raw.get("ignore_fields", []), name, dict(columns), where))
+    repo, revision, directory = _origin(raw, where, base)
+    return SourceSpec(repo, revision, _take(raw, "split", str, where, "train"), directory, take, name, columns, key,
+                      sha256=_digests(raw, where, required=repo is None),
+                      ignore_fields=_ignore_fields(raw.get("ignore_fields", []), name, dict(columns), where))
 
 
 def _ignore_fields(raw: Any, format_name: str, columns: dict[str, str], where: str) -> tuple[str, ...]:
@@ -82,11 +109,8 @@ def _tokenizer(raw: Any, where: str, base: Path) -> TokenizerSpec:
         raise _fail(where, "tokenizer", raw, "expected a mapping")
     where = f"{where}: tokenizer"
     _reject_unknown(raw, {"repo", "revision", "sha256", "dir"}, where)
-    pins = _take(raw, "sha256", dict, where)
-    for name, digest in pins.items():
-        if not isinstance(digest, str) or not SHA256_RE.match(digest):
-            raise _fail(where, f"sha256.{name}", digest, "expected 64 lowercase hex digits")
-    if "tokenizer.json" not in pins:
+    pins = _digests(raw, where, required=True)
+    if "tokenizer.json" not in dict(pins):
         raise BuildError(f"{where}: key 'sha256' must pin tokenizer.json")
-    return TokenizerSpec(_take(raw, "repo", str, where), _commit(raw, "revision", where),
-                         tuple(sorted(pins.items())), _local_dir(raw, where, base))
+    repo, revision, directory = _origin(raw, where, base)
+    return TokenizerSpec(repo, revision, pins, directory)

@@ -50,24 +50,36 @@ def switch_off_truncation_and_padding(backend) -> dict:
     return found
 
 
-def end_of_turn_tokens(tokenizer, configured: Iterable[str], special: set[str]) -> frozenset[str]:
-    """The tokens the `assistant` strategy accepts as closing a turn: EOS, and the config's end_of_turn."""
+def end_of_turn_tokens(tokenizer, configured: Iterable[str], special: set[str], stops: Iterable[str] = (),
+                       tagged: bool = False) -> tuple[frozenset[str], str]:
+    """The tokens the `assistant` strategy accepts as closing a turn, and where they come from: EOS,
+    and the config's end_of_turn ("config"); when the config declares none and the template has no
+    generation tags, the tokens `generate` stops on (`stops`, generation_config.json's eos_token_id:
+    "generation_config"); else EOS alone ("eos")."""
+    configured = tuple(configured)
     for token in configured:
         if token not in special:
             raise BuildError(f"key 'end_of_turn' = {token!r}: not a special token of the tokenizer")
-    return frozenset(configured) | ({tokenizer.eos_token} if tokenizer.eos_token else set())
+    eos = {tokenizer.eos_token} if tokenizer.eos_token else set()
+    if configured:
+        return frozenset(configured) | eos, "config"
+    if stops and not tagged:
+        return frozenset(stops) | eos, "generation_config"
+    return frozenset(eos), "eos"
 
 
 class Encoder:
     """Render + tokenize + mask for one batch; holds only picklable state for worker processes."""
 
-    def __init__(self, tokenizer, renderer: Renderer, loss_mask: str, end_of_turn: Iterable[str] = ()):
+    def __init__(self, tokenizer, renderer: Renderer, loss_mask: str, end_of_turn: Iterable[str] = (),
+                 stops: Iterable[str] = ()):
         self.renderer = renderer
         self.loss_mask = loss_mask
         special = {t.content for t in tokenizer.added_tokens_decoder.values() if t.special}
         # longest first: where one special token is a prefix of another, the longer one is the match
         self.special_tokens = re.compile("|".join(re.escape(t) for t in sorted(special, key=lambda t: (-len(t), t))))
-        self.end_of_turn = end_of_turn_tokens(tokenizer, end_of_turn, special)
+        self.end_of_turn, self.end_of_turn_from = end_of_turn_tokens(tokenizer, end_of_turn, special, stops,
+                                                                     all(renderer.tagged.values()))
         self._backend = tokenizer.backend_tokenizer
         self.switched_off = switch_off_truncation_and_padding(self._backend)
 

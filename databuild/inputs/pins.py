@@ -13,8 +13,10 @@ from ..sources.reader import SourceFile
 
 FILE_CHUNK = 1 << 20
 
+# generation_config.json: the tokens `generate` stops on (eos_token_id), the ends of turn of an
+# untagged template when the config declares none (encode/ends.py)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja",
-                   "special_tokens_map.json", "added_tokens.json", "tokenizer.model")
+                   "special_tokens_map.json", "added_tokens.json", "tokenizer.model", "generation_config.json")
 # Named chat templates: transformers loads additional_chat_templates/NAME.jinja as the template NAME.
 NAMED_TEMPLATES = "additional_chat_templates/*.jinja"
 TOKENIZER_PATTERNS = (*TOKENIZER_FILES, NAMED_TEMPLATES)  # what is fetched of a tokenizer repo
@@ -61,6 +63,22 @@ def check_tokenizer_pins(directory: Path, pins: tuple[tuple[str, str], ...], whe
             raise BuildError(f"{where}: {name} sha256 is {found[name]}, the config pins {expected}: not the pinned "
                              "file; use the tokenizer at the pinned commit, or pin this one (a new version of the config)")
     return hashes
+
+
+def check_file_pins(found: list[tuple[str, str]], pins: tuple[tuple[str, str], ...], where: str) -> None:
+    """A source pinned by its files' sha256 (`pins`, none: nothing to check) is exactly those files,
+    each hashing to its pin: a file added, removed or changed is refused, naming it."""
+    if not pins:
+        return
+    found_map, pinned = dict(found), dict(pins)
+    missing = sorted(set(pinned) - set(found_map))
+    if missing:
+        raise BuildError(f"{where}: missing file {missing[0]}, which the config pins ({len(missing)} missing)")
+    for name, digest in found:
+        if name not in pinned:
+            raise BuildError(f"{where}: {name} is not among the files the config pins (sha256); remove it, or pin it")
+        if digest != pinned[name]:
+            raise BuildError(f"{where}: {name} sha256 is {digest}, the config pins {pinned[name]}")
 
 
 def check_shards(files: list[SourceFile], split: str, where: str) -> None:

@@ -15,7 +15,7 @@ from ..sources.mixture import take_count, take_rows
 from ..sources.reader import SourceFile, source_files
 from .hub import check_cached_blob, fetch_all, fetch_hint, hub_snapshot, offline_hint, offline_mode
 from .local import local_dir
-from .pins import TOKENIZER_PATTERNS, check_shards, check_tokenizer_pins, hash_files
+from .pins import TOKENIZER_PATTERNS, check_file_pins, check_shards, check_tokenizer_pins, hash_files
 
 
 @dataclass(frozen=True)
@@ -72,12 +72,15 @@ def resolve_inputs(config: BuildConfig, offline: bool = False) -> ResolvedInputs
     """Locate, and check, every input of a build; nothing is tokenized before this returns."""
     offline = offline_mode(offline)
     tokenizer_dir = _resolve_tokenizer(config, offline)
-    where = f"tokenizer {config.tokenizer.repo}@{config.tokenizer.revision}"
-    # A local folder is not the hub's to repair: the file comes from the repo at the pinned commit.
-    hint = fetch_hint(config.name) if config.tokenizer.dir is None else (
-        f"copy it into {tokenizer_dir} from {config.tokenizer.repo} at {config.tokenizer.revision} (the config pins "
-        "its sha256 under tokenizer.sha256)")
-    tokenizer_hashes = check_tokenizer_pins(tokenizer_dir, config.tokenizer.sha256, where, hint)
+    where = config.tokenizer.where
+    # A local folder is not the hub's to repair: the file comes from the repo at the pinned commit, or
+    # (a folder pinned by content alone) from wherever the folder was copied from.
+    spec = config.tokenizer
+    hint = fetch_hint(config.name) if spec.dir is None else (
+        f"copy it into {tokenizer_dir} from {spec.repo} at {spec.revision} (the config pins its sha256 under "
+        "tokenizer.sha256)" if spec.repo is not None else
+        f"put it back into {tokenizer_dir}, or pin the folder as it is now with databuild init")
+    tokenizer_hashes = check_tokenizer_pins(tokenizer_dir, spec.sha256, where, hint)
     if config.tokenizer.dir is None:
         for name, digest in tokenizer_hashes:
             check_cached_blob(tokenizer_dir / name, tokenizer_dir, f"{where}: {name}", digest)
@@ -92,9 +95,9 @@ def resolve_inputs(config: BuildConfig, offline: bool = False) -> ResolvedInputs
 def _resolve_source(config: BuildConfig, spec: SourceSpec, first: int, offline: bool) -> ResolvedSource:
     """One source: located, its files listed and hashed from row number `first` on, its take selected."""
     root, origin = _source_root(config, spec, offline)
-    where = f"dataset {spec.repo}@{spec.revision}"
+    where = spec.where
     try:
-        files = source_files(root, spec.split, adapter_for(spec), spec.repo, first)
+        files = source_files(root, spec.split, adapter_for(spec), spec.name, first)
     except BuildError as exc:
         raise BuildError(f"{where}: {exc}; {fetch_hint(config.name)}" if origin == "hub" else f"{where}: {exc}") from None
     check_shards(files, spec.split, where)
@@ -103,6 +106,7 @@ def _resolve_source(config: BuildConfig, spec: SourceSpec, first: int, offline: 
         if origin == "hub":
             check_cached_blob(file.path, root, f"{where}: {file.name}", digest)
         hashes.append((file.name, size, digest))
+    check_file_pins([(name, digest) for name, _, digest in hashes], spec.sha256, where)
     rows = sum(f.rows for f in files)
     selected = take_rows(rows, take_count(spec.take, rows, f"{config.path}: {spec.key}"), config.seed)
     return ResolvedSource(spec, root, tuple(files), tuple(hashes), origin, selected)

@@ -55,6 +55,8 @@ def _item(conversation: TokenizedConversation, packing: Packing,
     if packing.overlong == "error":
         raise OverlongConversation(conversation, len(ids), packing.row_tokens)
     stats.overlong[OVERLONG_COUNTS[packing.overlong]] += 1
+    if packing.overlong == "drop":
+        stats.overlong_dropped_rows.append(conversation.index)
     return (ids[:packing.row_tokens], mask[:packing.row_tokens]) if packing.overlong == "truncate" else None
 
 
@@ -94,6 +96,7 @@ def _rows(window: list[tuple[TokenizedConversation, np.ndarray, np.ndarray]], pa
         mask = [p[2] for p in parts]
         conversation_ids = tuple(c.id for c, _, _ in parts)
         sources = tuple(c.source for c, _, _ in parts)
+        source_rows = tuple(c.index for c, _, _ in parts)
         starts = np.cumsum([0] + lengths[:-1])
         if used < row_tokens:
             ids.append(np.full(row_tokens - used, packing.pad_id, dtype=np.int32))
@@ -101,11 +104,13 @@ def _rows(window: list[tuple[TokenizedConversation, np.ndarray, np.ndarray]], pa
             starts = np.append(starts, used)
             conversation_ids += (PADDING_ID,)
             sources += (PADDING_ID,)
+            source_rows += (-1,)
         row_mask = np.concatenate(mask)
+        row = Row(np.concatenate(ids), row_mask, starts.astype(np.int32), conversation_ids, sources, False,
+                  source_rows)
         if not row_mask.any():
-            stats.rows_skipped_unsupervised += 1
+            stats.count_skipped(row)
             continue
-        row = Row(np.concatenate(ids), row_mask, starts.astype(np.int32), conversation_ids, sources, False)
         stats.count_kept(row)
         yield row
 

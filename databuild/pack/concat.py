@@ -31,12 +31,14 @@ class _Segments:
         self.ids: list[str] = []
         self.sources: list[str] = []
         self.positions: list[int] = []
+        self.indices: list[int] = []  # source rows
 
     def add(self, start: int, conversation: TokenizedConversation) -> None:
         self.starts.append(start)
         self.ids.append(conversation.id)
         self.sources.append(conversation.source)
         self.positions.append(conversation.position)
+        self.indices.append(conversation.index)
 
     def row(self, low: int, high: int) -> tuple[list[int], slice]:
         """Segments of stream range [low, high): the one covering low, then those starting inside."""
@@ -48,7 +50,7 @@ class _Segments:
     def drop_before(self, offset: int) -> None:
         """Forget segments that end before offset, rebasing the rest so offset becomes 0."""
         keep = max(int(np.searchsorted(self.starts, offset, side="right")) - 1, 0)
-        for name in ("ids", "sources", "positions"):
+        for name in ("ids", "sources", "positions", "indices"):
             setattr(self, name, getattr(self, name)[keep:])
         self.starts = [s - offset for s in self.starts[keep:]]
 
@@ -82,12 +84,13 @@ def pack_rows(conversations: Iterable[TokenizedConversation], packing: Packing, 
         full = pending // row_tokens * row_tokens
         for low in range(0, full, row_tokens):
             row_mask = mask[low:low + row_tokens]
-            if not row_mask.any():
-                stats.rows_skipped_unsupervised += 1
-                continue
             starts, which = segments.row(low, low + row_tokens)
             row = Row(ids[low:low + row_tokens], row_mask, np.asarray(starts, dtype=np.int32),
-                      tuple(segments.ids[which]), tuple(segments.sources[which]), segments.starts[which.start] < low)
+                      tuple(segments.ids[which]), tuple(segments.sources[which]), segments.starts[which.start] < low,
+                      tuple(segments.indices[which]))
+            if not row_mask.any():
+                stats.count_skipped(row)
+                continue
             stats.count_kept(row, first_new=int(segments.positions[which.start] <= last_counted))
             last_counted = segments.positions[which.stop - 1]
             yield row

@@ -87,6 +87,7 @@ def _rendered(conversations: Iterable[TokenizedConversation], stats: PackStats) 
     for conversation in conversations:
         if not len(conversation.input_ids):
             stats.empty_renders += 1
+            stats.empty_render_rows.append(conversation.index)
             continue
         stats.empty_assistant_turns += conversation.empty_assistant_turns
         yield conversation

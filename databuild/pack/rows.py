@@ -19,6 +19,7 @@ class Row:
     conversation_ids: tuple[str, ...]  # one per segment: whose tokens start at seq_start_id[k]; "" = padding
     sources: tuple[str, ...]  # the source of each segment's conversation ("" for padding)
     continues: bool  # its first segment's conversation began in an earlier row (kept or skipped)
+    source_rows: tuple[int, ...] = ()  # each segment's conversation as its source row (Conversation.index); -1 padding
 
 
 @dataclass
@@ -36,6 +37,17 @@ class PackStats:
     conversations_by_source: Counter = field(default_factory=Counter)  # with tokens in kept rows
     tokens_by_source: Counter = field(default_factory=Counter)  # tokens in kept rows, padding excluded
     continued_rows: list[int] = field(default_factory=list)  # kept rows whose Row.continues
+    # For the funnel (publish/funnel.py), by source row: the conversations left out as empty renders or
+    # dropped as overlong, and those with a token in a kept row, or in a row skipped without a target.
+    empty_render_rows: list[int] = field(default_factory=list)
+    overlong_dropped_rows: list[int] = field(default_factory=list)
+    in_kept_rows: set[int] = field(default_factory=set)
+    in_skipped_rows: set[int] = field(default_factory=set)
+
+    def count_skipped(self, row: Row) -> None:
+        """Tally a row skipped for having no target."""
+        self.rows_skipped_unsupervised += 1
+        self.in_skipped_rows.update(i for i in row.source_rows if i >= 0)
 
     def count_kept(self, row: Row, first_new: int = 0) -> None:
         """Tally a kept row; its segments from `first_new` on are conversations not counted before
@@ -43,6 +55,7 @@ class PackStats:
         if row.continues:
             self.continued_rows.append(self.rows_kept)
         self.rows_kept += 1
+        self.in_kept_rows.update(i for i in row.source_rows if i >= 0)
         self.tokens_kept += len(row.input_ids)
         self.supervised_tokens_kept += int(row.loss_mask.sum(dtype=np.int64))
         lengths = np.diff(np.append(row.seq_start_id, len(row.input_ids)))

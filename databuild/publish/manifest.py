@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ..pack.bfd import OVERLONG_COUNTS
 from ..pack.rows import NO_SUPERVISED_TOKEN
 from ..sources.bad import MALFORMED, SKIPPED_KINDS
+from .funnel import funnel
 
 if TYPE_CHECKING:
     from ..config import BuildConfig
@@ -104,6 +105,7 @@ def build_manifest(record: BuildRecord) -> dict[str, Any]:
             "row_tokens": config.row_tokens,
             "chat_template": encoder_pins.get("chat_template"),
             "end_of_turn": encoder_pins.get("end_of_turn"),
+            "end_of_turn_from": encoder_pins.get("end_of_turn_from"),
             "packing": packing.record(),
         },
         "inputs": {
@@ -130,7 +132,11 @@ def build_manifest(record: BuildRecord) -> dict[str, Any]:
                                    "tokens": stats.tokens_by_source[source]}
                           for source in sorted(stats.tokens_by_source)},
             "sources": source_counts(record),
+            "funnel": funnel(record),
         },
+        # where a tokenizer pinned by content alone was read, for show and report (not a pin: a build
+        # whose folder moved is still up to date)
+        **({"tokenizer_dir": str(config.tokenizer.dir)} if config.tokenizer.repo is None else {}),
         "skipped_conversations": [bad.record() for bad in skipped],
         "versions": library_versions(),
         "row_digests": record.row_digests,
@@ -146,7 +152,8 @@ def source_pins(source) -> dict[str, Any]:
     from ..sources.mixture import selection_sha256
 
     spec = source.spec
-    return {"repo": spec.repo, "revision": spec.revision, "split": spec.split, "format": spec.format_config,
+    named = {} if spec.repo is not None else {"name": spec.name}  # pinned by content: the name it goes by
+    return {"repo": spec.repo, "revision": spec.revision, **named, "split": spec.split, "format": spec.format_config,
             "ignore_fields": list(spec.ignore_fields), "take": spec.take, "origin": source.origin,
             "files": [{"path": p, "bytes": b, "sha256": s, "rows": f.rows}
                       for (p, b, s), f in zip(source.hashes, source.files)],
@@ -168,7 +175,7 @@ def source_counts(record: BuildRecord) -> list[dict[str, Any]]:
     for number, source in enumerate(inputs.sources):
         kinds = {kind: sum(1 for b, s in zip(skipped, skipped_of) if s == number and b.kind == kind)
                  for kind in SKIPPED_KINDS}
-        counts.append({"repo": source.spec.repo, "selected": len(source.selected),
+        counts.append({"repo": source.spec.name, "selected": len(source.selected),
                        MALFORMED: malformed_of.count(number),
                        "conversations_read": streamed[number] - sum(kinds.values()),
                        "conversations_skipped": kinds,

@@ -10,6 +10,7 @@ from typing import Any
 
 from ..errors import BuildError
 from ..sources.bad import MALFORMED
+from .funnel import BOXES as FUNNEL_BOXES
 from .manifest import FORMAT, manifest_path
 
 
@@ -25,6 +26,7 @@ def read_manifest(path: Path) -> dict[str, Any]:
 
 
 NUMBER = (int, float)
+OPTIONAL_STR = (str, type(None))  # a repo and revision: null for a local dir pinned by content
 # The type of every field a reader of the manifest uses (where present): a manifest edited by hand
 # is refused in one line naming the field, not met by a traceback deep in a view.
 SHAPE: dict[str, type | tuple] = {
@@ -34,19 +36,23 @@ SHAPE: dict[str, type | tuple] = {
     "output.supervised_tokens": int, "output.supervised_token_ratio": NUMBER, "output.parquet_bytes": int,
     "output.rows_sha256": str, "output.segments_sha256": str, "output.parquet_sha256": str, "output.file": str,
     "build.template_kwargs": dict, "build.seed": int, "build.loss_mask": str,
-    "inputs.tokenizer": dict, "inputs.tokenizer.repo": str, "inputs.tokenizer.revision": str,
+    "inputs.tokenizer": dict, "inputs.tokenizer.repo": OPTIONAL_STR, "inputs.tokenizer.revision": OPTIONAL_STR,
     "inputs.tokenizer.sha256": dict, "inputs.sources": list, "counts.sources": list,
     "counts.rows_skipped": dict, "counts.conversations_skipped": dict, "counts.by_source": dict,
     "build.packing": dict, "build.packing.policy": str, "counts.overlong_conversations": dict,
     "counts.conversations_read": int, "counts.source_conversations": int, "counts.separators_inserted": int,
+    "tokenizer_dir": str, "counts.funnel": dict, "counts.funnel.total": dict, "counts.funnel.sources": list,
+    "counts.funnel.total.dropped": dict,
 }
 # Each entry of a mapping's values or of a list: a type, or a mapping's typed fields.
 ITEMS: dict[str, type | dict[str, type | tuple]] = {
     "counts.by_source": {"conversations": int, "tokens": int},
-    "inputs.sources": {"repo": str, "revision": str, "split": str, "origin": str, "files": list, "rows": int,
-                       "selected": int, "selected_sha256": str},
+    "inputs.sources": {"repo": OPTIONAL_STR, "revision": OPTIONAL_STR, "split": str, "origin": str, "files": list,
+                       "rows": int, "selected": int, "selected_sha256": str},
     "counts.sources": {"repo": str, "selected": int, MALFORMED: int, "conversations_read": int,
                        "conversations_skipped": dict},
+    "counts.funnel.sources": {"source": str, "dropped": dict, **{box: int for box in FUNNEL_BOXES}},
+    "counts.funnel.total.dropped": int,
     "counts.rows_skipped": int, "counts.conversations_skipped": int, "counts.overlong_conversations": int,
     "row_digests": str, "continued_rows": int, "versions": str,
     "skipped_conversations": {"index": int, "file": str, "row": int, "id": str, "reason": str, "kind": str,

@@ -115,3 +115,24 @@ def buildable(tokenized: Iterable[TokenizedConversation], policy: str, files: li
             continue
         bad = bad_conversation(files, conversation.index, conversation.id, conversation.problem)
         skipped += on_bad_conversation(policy, [bad])
+
+
+# What a user changes when every conversation is refused the same way: the config, not the data.
+TEMPLATE_WIDE_FIX = {
+    MALFORMED: "the rows do not fit the source's format: check its 'format' (databuild init detects it)",
+    TEMPLATE_ERROR: "the chat template refuses them all: check chat_template_name and template_kwargs",
+    MASK_ERROR: "on a template without generation tags, set end_of_turn in the config to the token after each "
+                "answer in its render",
+}
+
+
+def template_wide(skipped: list[BadConversation], rows_kept: int) -> str:
+    """When no row was kept and every conversation refused was refused with one kind, that said with
+    the fix (for the line that stops the build); else ''."""
+    kinds = {bad.kind for bad in skipped}
+    if rows_kept or len(kinds) != 1:
+        return ""
+    kind = kinds.pop()
+    fix = TEMPLATE_WIDE_FIX.get(kind, "see the first one")
+    return (f"; no row kept, and all {len(skipped)} conversations refused were refused the same way ({kind}, e.g. "
+            f"{skipped[0].message()}): {fix}")

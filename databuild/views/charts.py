@@ -129,3 +129,26 @@ def chart_grid(stats, manifest: dict | None, row_tokens: int) -> str:
             f"left out; conversations skipped: {bad}" if manifest else "no manifest: counts unknown"),
         _figure("Source mix", mix if by_source else "", "in kept rows, per source (manifest counts.by_source)"
                 if by_source else "no manifest: source mix unknown", wide=True)]) + "</div>"
+
+
+def funnel_chart(found: dict) -> str:
+    """counts.funnel as one figure: a bar per box, the total, each source's share in its label."""
+    total, sources = found["total"], found["sources"]
+
+    def item(label: str, value: int, shares: list[int]) -> tuple[str, float, str]:
+        split = f" ({' + '.join(f'{s:,}' for s in shares)})" if len(sources) > 1 else ""
+        return label, value, f"{value:,}{split}"
+
+    items = [item(label, total[key], [s[key] for s in sources]) for label, key in (
+        ("rows in the sources", "rows"), ("not taken", "not_taken"), ("not reached", "not_reached"),
+        ("read by the stream", "read"))]
+    items += [item(f"dropped: {kind.replace('_', ' ')}", n, [s["dropped"][kind] for s in sources])
+              for kind, n in total["dropped"].items() if n]
+    items += [item(label, total[key], [s[key] for s in sources]) for label, key in (
+        ("packed", "packed"), ("in kept rows", "in_kept_rows"), ("only in rows without a target",
+                                                                 "in_rows_without_target"),
+        ("packed, not written", "not_written"))]
+    names = f" ({' + '.join(s['source'] for s in sources)})" if len(sources) > 1 else ""
+    caption = (f"every source row in exactly one box: not taken, not reached, dropped by kind, or packed (in kept "
+               f"rows, only in rows without a target, or not written); conversations{names}")
+    return _figure("Where the source rows went", svg_hbars(items, WIDE), caption, wide=True)

@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..views.charts import chart_grid
+from ..views.charts import chart_grid, funnel_chart
 from ..errors import BuildError
 from ..rowfile.hashes import check_row_group, read_row_group
 from ..publish.manifest_read import manifest_beside
@@ -122,7 +122,8 @@ def summary(path: Path, stats: RowStats, manifest: dict | None) -> str:
              ("supervised ratio", f"{out.get('supervised_token_ratio', supervised / max(tokens, 1)):.4f}"),
              ("supervised tokens", f"{out.get('supervised_tokens', supervised):,}"),
              ("padding tokens", f"{int(stats.padding.sum()):,} ({stats.padding.sum() / max(tokens, 1):.2%})"),
-             ("conversations read", f"{counts.get('conversations_read', 0):,}" if counts else "?"),
+             ("conversations in kept rows", f"{counts['funnel']['total']['in_kept_rows']:,}"
+              if counts and "funnel" in counts else "?"),
              ("rows skipped", f"{sum((counts.get('rows_skipped') or {}).values()):,}" if counts else "?"),
              ("parquet bytes", f"{out.get('parquet_bytes', path.stat().st_size):,}")]
     return '<div class="cards">' + "".join(f'<div class="card"><div class="k">{html.escape(k)}</div><div class="v">'
@@ -202,6 +203,11 @@ def difference(path: Path, against: str, name_or_dir: str | None) -> str:
     return f"<h2>Difference from {html.escape(str(against))}</h2><pre>{html.escape(text)}</pre>"
 
 
+def funnel(manifest: dict | None) -> str:
+    found = ((manifest or {}).get("counts") or {}).get("funnel")
+    return f'<div class="grid">{funnel_chart(found)}</div>' if found else ""
+
+
 def render_report(path: Path, rows: int = 8, name_or_dir: str | None = None, against: str | None = None) -> str:
     """The whole page, as one string; with `against`, a section saying why the two differ."""
     parquet, manifest = open_parquet(path), manifest_beside(path)
@@ -218,6 +224,6 @@ def render_report(path: Path, rows: int = 8, name_or_dir: str | None = None, aga
     return (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" '
             f'content="width=device-width,initial-scale=1"><title>{html.escape(name)}: databuild report</title>'
             f'<style>{CSS}</style></head><body><main><h1>{html.escape(name)}</h1><p class="sub">'
-            f'{html.escape(str(path))}</p>{warnings}{summary(path, stats, manifest)}{compared}<h2>Charts</h2>'
+            f'{html.escape(str(path))}</p>{warnings}{funnel(manifest)}{summary(path, stats, manifest)}{compared}<h2>Charts</h2>'
             f"{chart_grid(stats, manifest, row_tokens)}<h2>First {shown} rows</h2>{rows_html}<h2>Pins</h2>"
             f'{pins(manifest)}<script type="application/json" id="row-stats">{data}</script></main></body></html>\n')

@@ -1,0 +1,74 @@
+"""Ends of turn a config need not declare: the tokens `generate` stops on, and a check that the
+template's own render of one exchange can be masked.
+
+A template without `{% generation %}` tags closes an assistant turn with a token of its own
+(Phi-3's `<|end|>`, Gemma's `<end_of_turn>`), which is rarely the tokenizer's EOS. The model repo
+says which: `generation_config.json`'s `eos_token_id` (one id or a list) is what `generate` stops
+on, so a turn the model ends is a turn closed by one of them. encoder.end_of_turn_tokens takes
+them as the ends of turn when the config declares none. `probe` renders one user/assistant exchange
+and masks it as the build would: when even that is refused, every conversation would be, and the
+build stops before its first row, naming the token to declare.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..errors import BuildError
+
+GENERATION_CONFIG = "generation_config.json"
+PROBE_ANSWER = "Hello"
+PROBE = ({"role": "user", "content": "Hi"}, {"role": "assistant", "content": PROBE_ANSWER})
+
+
+def generation_stops(directory: Path, tokenizer) -> tuple[str, ...]:
+    """The tokens of generation_config.json's eos_token_id (an int or a list of ints), sorted; none
+    without the file or the key."""
+    path = directory / GENERATION_CONFIG
+    if not path.is_file():
+        return ()
+    try:
+        ids = json.loads(path.read_text(encoding="utf-8")).get("eos_token_id")
+    except (ValueError, UnicodeDecodeError, AttributeError) as exc:
+        raise BuildError(f"{path}: not a JSON object ({exc})") from None
+    ids = [ids] if isinstance(ids, int) and not isinstance(ids, bool) else ids
+    if ids is None:
+        return ()
+    if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        raise BuildError(f"{path}: eos_token_id = {ids!r}: expected a token id or a list of them")
+    vocabulary = len(tokenizer)
+    for token_id in ids:
+        if not 0 <= token_id < vocabulary:
+            raise BuildError(f"{path}: eos_token_id {token_id} is not an id of the tokenizer ({vocabulary} ids)")
+    return tuple(sorted(set(tokenizer.convert_ids_to_tokens(ids))))
+
+
+def probe_problem(encoder) -> tuple[str, str | None] | None:
+    """Why the `assistant` strategy cannot mask the template's own render of one plain exchange, and
+    the special token that follows the answer there (the end of turn to declare); None when it can,
+    or when it does not apply (another strategy, a tagged template, a template that refuses the exchange)."""
+    from ..sources.bad import MASK_ERROR
+    from ..sources.reader import Conversation
+
+    if encoder.loss_mask != "assistant" or all(encoder.renderer.tagged.values()):
+        return None
+    out = encoder.encode_batch([Conversation(0, 0, "probe", "probe", PROBE)])[0]
+    if out.problem is None or out.problem.kind != MASK_ERROR:
+        return None  # masked, or a template that wants more than this exchange: the conversations will tell
+    text = encoder.renderer.render(PROBE)
+    closing = encoder.special_tokens.search(text, text.rfind(PROBE_ANSWER) + len(PROBE_ANSWER))
+    return out.problem.reason, closing.group() if closing else None
+
+
+def probe(encoder) -> None:
+    """Refuse, in one line naming the fix, a template on which the `assistant` strategy cannot mask
+    even one plain exchange: every conversation would be refused the same way."""
+    found = probe_problem(encoder)
+    if found is None:
+        return
+    reason, closing = found
+    fix = (f"set end_of_turn: ['{closing}'] in the config (the token that closes its assistant turns)"
+           if closing else "use a template with {% generation %} tags, or loss_mask: muse_spark for harmony templates")
+    raise BuildError(f"the loss mask refuses the template's own render of one user/assistant exchange, so every "
+                     f"conversation would be refused the same way ({reason}); {fix}")

@@ -1,0 +1,88 @@
+"""The funnel: where every row of every source went, per source and in total (the manifest's
+`counts.funnel`, make's summary, `hash` and the report's first chart).
+
+Each source row ends in exactly one box: not taken (outside its `take`); not reached (taken, but
+the build had its rows before the stream got there); dropped, by kind (malformed, template_error,
+mask_error, and any kind the stream adds, then overlong and empty_render); or packed, and then
+in a kept row, only in rows dropped without a target, or not written (packed after the last row:
+the tail of concat's stream, the rest of bfd's last window). So, for each source and the total:
+
+    rows = not_taken + taken          taken = not_reached + read
+    read = sum(dropped) + packed      packed = in_kept_rows + in_rows_without_target + not_written
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..sources.bad import SKIPPED_KINDS
+
+if TYPE_CHECKING:
+    from .manifest import BuildRecord
+
+OVERLONG, EMPTY_RENDER = "overlong", "empty_render"
+BOXES = ("rows", "not_taken", "taken", "not_reached", "read", "packed", "in_kept_rows", "in_rows_without_target",
+         "not_written")  # the counts of an entry, besides `dropped` (by kind)
+
+
+def _per_source(firsts: list[int], rows, sources: int) -> list[int]:
+    from ..sources.mixture import source_of
+
+    counts = [0] * sources
+    for number in source_of(firsts, sorted(rows)).tolist() if rows else []:
+        counts[number] += 1
+    return counts
+
+
+def funnel(record: BuildRecord) -> dict[str, Any]:
+    """counts.funnel: {"total": box -> count, "sources": [the same per source, with its name]}."""
+    from ..sources.mixture import read_by_source
+
+    inputs, stats, skipped = record.inputs, record.stats, record.skipped
+    firsts, selections = inputs.selections
+    n = len(inputs.sources)
+    kinds = list(SKIPPED_KINDS) + sorted({b.kind for b in skipped} - set(SKIPPED_KINDS)) + [OVERLONG, EMPTY_RENDER]
+    dropped_rows = {kind: [b.index for b in skipped if b.kind == kind] for kind in kinds}
+    dropped_rows[OVERLONG] = stats.overlong_dropped_rows
+    dropped_rows[EMPTY_RENDER] = stats.empty_render_rows
+    dropped = {kind: _per_source(firsts, rows, n) for kind, rows in dropped_rows.items()}
+    # the stream's first positions, in permutation order: every conversation the packer was handed
+    consumed = stats.conversations_read + len(skipped) + len(stats.empty_render_rows)
+    read = read_by_source(firsts, selections, record.config.seed, consumed)
+    kept = _per_source(firsts, stats.in_kept_rows, n)
+    without_target = _per_source(firsts, stats.in_skipped_rows - stats.in_kept_rows, n)
+    sources = []
+    for number, source in enumerate(inputs.sources):
+        drops = {kind: dropped[kind][number] for kind in kinds}
+        packed = read[number] - sum(drops.values())
+        sources.append({"source": source.spec.name, "rows": source.rows,
+                        "not_taken": source.rows - len(source.selected), "taken": len(source.selected), "not_reached": len(source.selected) - read[number],
+                        "read": read[number], "dropped": drops, "packed": packed, "in_kept_rows": kept[number],
+                        "in_rows_without_target": without_target[number],
+                        "not_written": packed - kept[number] - without_target[number]})
+    total = {key: {kind: sum(s[key][kind] for s in sources) for kind in kinds} if key == "dropped"
+             else sum(s[key] for s in sources) for key in sources[0] if key != "source"}
+    return {"total": total, "sources": sources}
+
+
+def funnel_lines(found: dict[str, Any]) -> list[str]:
+    """The funnel as text: one line per box, the total then each source's share when there are several."""
+    total, sources = found["total"], found["sources"]
+    shares = len(sources) > 1
+
+    def line(label: str, key: str, value=None) -> str:
+        figures = value if value is not None else total[key]
+        text = f"  {label:<34}{figures:>10,}"
+        if shares:
+            parts = [(s["dropped"][key] if value is not None else s[key]) for s in sources]
+            text += "  (" + " + ".join(f"{p:,}" for p in parts) + ")"
+        return text
+
+    lines = [line("rows in the sources", "rows"), line("not taken (take)", "not_taken"),
+             line("taken", "taken"), line("not reached (enough rows before)", "not_reached"),
+             line("read by the stream", "read")]
+    lines += [line(f"dropped: {kind.replace('_', ' ')}", kind, n) for kind, n in total["dropped"].items() if n]
+    lines += [line("packed", "packed"), line("  in kept rows", "in_kept_rows"),
+              line("  only in rows without a target", "in_rows_without_target"),
+              line("  packed, not written", "not_written")]
+    return lines

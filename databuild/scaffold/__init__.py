@@ -1,0 +1,13 @@
+"""`databuild init`: a config written from its inputs, that `make` builds as it stands.
+
+`locate` finds each input (a local folder, or a hub repo at a revision resolved to its commit, from
+the hub cache when offline) and hashes its files; `detect` reads a source's format off its schema;
+`template` inspects the chat template for what a build must pin (the clock, named templates, ends
+of turn); `write` composes the YAML with a comment on each key, checked by loading it into the one
+schema (databuild/config) before it is given its name. Values it cannot decide are asked for,
+naming the option to pass; nothing is guessed.
+"""
+
+from .write import InitOptions, init_config
+
+__all__ = ["InitOptions", "init_config"]

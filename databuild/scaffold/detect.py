@@ -1,0 +1,79 @@
+"""A source's format, read off its parquet schema: each format's own schema check (sources/formats,
+so a format added there is detected here unasked), else one list-of-struct column whose items have
+one role-like and one content-like string field (a column mapping). Two candidates, or none, are
+the user's to decide: the error names --format. Tool and reasoning fields are named for the comment."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..errors import BuildError
+from ..sources.formats import FORMATS
+from ..sources.formats.adapter import is_string
+
+ROLE_FIELDS = ("role", "from", "speaker", "author")
+CONTENT_FIELDS = ("content", "value", "text")
+TOOL_FIELDS = ("tool_calls", "tool_call_id", "name", "reasoning_content", "thinking", "reasoning", "function_call")
+
+
+@dataclass(frozen=True)
+class Detected:
+    format: str | dict[str, str]  # as the config spells it
+    why: str  # for the comment: what decided it
+    extras: tuple[str, ...]  # tool or reasoning fields, and a tools column, the schema holds
+
+
+def _mappings(schema: pa.Schema) -> list[dict[str, str]]:
+    """Column mappings {messages, role, content} that the schema fits unambiguously."""
+    found = []
+    for field in schema:
+        kind = field.type
+        if not (pa.types.is_list(kind) or pa.types.is_large_list(kind)) or not pa.types.is_struct(kind.value_type):
+            continue
+        strings = {f.name for f in kind.value_type if is_string(f.type)}
+        roles, contents = [r for r in ROLE_FIELDS if r in strings], [c for c in CONTENT_FIELDS if c in strings]
+        if len(roles) == 1 and len(contents) == 1:
+            found.append({"messages": field.name, "role": roles[0], "content": contents[0]})
+    return found
+
+
+def _extras(schema: pa.Schema, columns: list[str]) -> tuple[str, ...]:
+    extras = []
+    for column in columns:
+        kind = schema.field(column).type if column in schema.names else None
+        if kind is not None and (pa.types.is_list(kind) or pa.types.is_large_list(kind)) and \
+                pa.types.is_struct(kind.value_type):
+            extras += [f"{column}.{f.name}" for f in kind.value_type if f.name in TOOL_FIELDS]
+    return tuple(extras + (["tools column"] if "tools" in schema.names else []))
+
+
+def detect_format(path: Path, given: str) -> Detected:
+    """The format of the source file `path` (`given` names the source in errors)."""
+    try:
+        schema = pq.read_schema(path)
+    except (OSError, pa.ArrowException) as exc:
+        raise BuildError(f"--source {given}: {path.name}: not a readable parquet file ({exc})") from None
+    named = [name for name, adapter in FORMATS.items() if adapter.schema_problem(schema) is None]
+    if len(named) == 1:
+        adapter = FORMATS[named[0]]
+        return Detected(named[0], f"detected from the schema (columns {', '.join(adapter.message_columns)})",
+                        _extras(schema, list(adapter.message_columns)))
+    if len(named) > 1:
+        raise BuildError(f"--source {given}: the schema fits the formats {', '.join(named)}: pass --format NAME")
+    mappings = _mappings(schema)
+    if len(mappings) == 1:
+        mapping = mappings[0]
+        return Detected(mapping, f"detected from the schema (column {mapping['messages']} of "
+                                 f"{mapping['role']}/{mapping['content']})",
+                        _extras(schema, [mapping["messages"]]))
+    columns = ", ".join(f"{f.name}: {f.type}" for f in schema)
+    if mappings:
+        raise BuildError(f"--source {given}: several columns could hold the messages "
+                         f"({', '.join(m['messages'] for m in mappings)}): pass --format with a mapping, "
+                         "e.g. --format '{messages: COLUMN, role: FIELD, content: FIELD}'")
+    raise BuildError(f"--source {given}: no known format fits the schema ({columns}): known formats are "
+                     f"{', '.join(FORMATS)}; pass --format '{{messages: COLUMN, role: FIELD, content: FIELD}}'")

@@ -1,0 +1,180 @@
+"""The config `init` writes: every input located and pinned, the template inspected, a comment on
+each key (ruamel.yaml round-trip), loaded back into the config schema before it takes its name."""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.scalarstring import DoubleQuotedScalarString as Quoted
+
+from ..config import load_config
+from ..errors import BuildError
+from .detect import Detected, detect_format
+from .locate import Located, locate_source, locate_tokenizer
+from .template import Inspected, inspect_template
+
+
+@dataclass(frozen=True)
+class InitOptions:
+    name: str
+    tokenizer: str  # a folder, or REPO[@REVISION]
+    sources: tuple[str, ...]  # each a folder, or REPO[@REVISION]
+    row_tokens: int | None = None
+    rows: int | None = None
+    out: Path | None = None  # default configs/NAME.yaml
+    formats: tuple[str | dict, ...] = ()  # one per source when given ("auto": detect)
+    split: str = "train"
+    seed: int = 0
+    loss_mask: str = "assistant"
+    packing: str = "concat"
+    current_date: str | None = None
+    end_of_turn: tuple[str, ...] = ()
+    chat_template_name: str | None = None
+    on_bad_conversation: str = "error"
+    offline: bool = False
+    force: bool = False
+
+
+def _relative(path: Path, config_dir: Path) -> str:
+    """Relative to the config's folder when the two share a tree (they move together), else absolute."""
+    config_dir = config_dir.resolve()
+    if os.path.commonpath([path, config_dir]) == path.anchor:
+        return str(path)
+    return os.path.relpath(path, config_dir)
+
+
+def _origin(map_: CommentedMap, located: Located, config_dir: Path) -> None:
+    if located.repo is None:
+        map_["dir"] = _relative(located.root, config_dir)
+        map_.yaml_add_eol_comment("a local folder, pinned by its files' sha256 alone (no repo, no revision)", "dir")
+        return
+    map_["repo"] = located.repo
+    map_["revision"] = Quoted(located.revision)
+    asked = f"'{located.asked}' resolved to its commit" if located.asked else "the commit"
+    map_.yaml_add_eol_comment(f"{asked}; a branch or tag is refused", "revision")
+
+
+def _source(located: Located, detected: Detected, split: str, config_dir: Path) -> CommentedMap:
+    entry = CommentedMap()
+    _origin(entry, located, config_dir)
+    if split != "train":
+        entry["split"] = split
+        entry.yaml_add_eol_comment(f"the files data/{split}-*.parquet", "split")
+    entry["format"] = detected.format if isinstance(detected.format, str) else CommentedMap(detected.format)
+    extras = f"; tool/reasoning fields: {', '.join(detected.extras)}" if detected.extras else ""
+    entry.yaml_add_eol_comment(f"{detected.why}{extras}", "format")
+    entry["sha256"] = CommentedMap(located.pins)
+    entry.yaml_add_eol_comment(f"every data file's sha256, checked before a row is built "
+                               f"({len(located.files)} file{'s' if len(located.files) != 1 else ''})", "sha256")
+    return entry
+
+
+def compose(options: InitOptions, tokenizer: Located, inspected: Inspected,
+            sources: list[tuple[Located, Detected]], config_dir: Path) -> CommentedMap:
+    config = CommentedMap()
+    config["name"] = options.name
+    config.yaml_add_eol_comment("the build's name: NAME.parquet, NAME.manifest.json", "name")
+    config["description"] = f"written by databuild init from {', '.join(options.sources)}"
+    listed = CommentedSeq(_source(located, detected, options.split, config_dir) for located, detected in sources)
+    config["sources"] = listed
+    config.yaml_set_comment_before_after_key(
+        "sources", before="The sources, in order: their rows are mixed and permuted with `seed`. A source may add\n"
+                          "`take: N` (rows) or `take: 0.25` (a fraction) to use part of it.")
+    spec = CommentedMap()
+    _origin(spec, tokenizer, config_dir)
+    spec["sha256"] = CommentedMap(tokenizer.pins)
+    spec.yaml_add_eol_comment("every tokenizer file's sha256 (generation_config.json included: its stop tokens)",
+                              "sha256")
+    config["tokenizer"] = spec
+    config.yaml_set_comment_before_after_key("tokenizer",
+                                             before="The tokenizer and its chat template, pinned file by file.")
+    if inspected.reads_clock:
+        config["template_kwargs"] = CommentedMap(current_date=Quoted(options.current_date))
+        config["template_kwargs"].yaml_add_eol_comment("the template reads the clock: the date every render says",
+                                                       "current_date")
+    config["loss_mask"] = options.loss_mask
+    tags = "has {% generation %} tags" if inspected.tagged else "has no generation tags"
+    config.yaml_add_eol_comment(f"the targets; the template {tags}", "loss_mask")
+    if inspected.end_of_turn:
+        config["end_of_turn"] = CommentedSeq(Quoted(t) for t in inspected.end_of_turn)
+        config.yaml_add_eol_comment(f"closes an assistant turn, with EOS {inspected.eos}: {inspected.end_of_turn_why}",
+                                    "end_of_turn")
+    if options.chat_template_name is not None or len(inspected.names) > 1:
+        config["chat_template_name"] = options.chat_template_name
+        config.yaml_add_eol_comment(f"the tokenizer's templates: {', '.join(inspected.names)}; null: transformers' "
+                                    "choice (tool_use for a conversation with tools, else default)",
+                                    "chat_template_name")
+    config["seed"] = options.seed
+    config.yaml_add_eol_comment("the permutation's seed, and the takes'", "seed")
+    config["row_tokens"] = options.row_tokens
+    config.yaml_add_eol_comment("tokens per row", "row_tokens")
+    config["rows"] = options.rows
+    config.yaml_add_eol_comment("rows the build keeps; make fails, naming its counts, if the sources run out", "rows")
+    config["packing"] = options.packing
+    config.yaml_add_eol_comment("concat: one stream cut into rows; bfd: whole conversations, rows padded", "packing")
+    config["on_bad_conversation"] = options.on_bad_conversation
+    config.yaml_add_eol_comment("error: stop at the first conversation that cannot be built; skip: count it",
+                                "on_bad_conversation")
+    if inspected.variables:
+        config.yaml_set_comment_before_after_key(
+            "loss_mask", before=f"The template also reads {', '.join(inspected.variables)}: set them under "
+                                "template_kwargs to pin them (unset, the template's own default applies).")
+    return config
+
+
+def _check_options(options: InitOptions) -> None:
+    if not re.match(r"^[A-Za-z0-9._-]+$", options.name):
+        raise BuildError(f"init {options.name}: a name is letters, digits, '.', '_' and '-'")
+    if not options.sources:
+        raise BuildError("init needs a source: pass --source DIR or --source ORG/NAME[@REVISION]")
+    if options.formats and len(options.formats) != len(options.sources):
+        raise BuildError(f"--format is given {len(options.formats)} times for {len(options.sources)} sources: give "
+                         "it once per source, in order ('auto' to detect one)")
+    for option, value in (("--row-tokens", options.row_tokens), ("--rows", options.rows)):
+        if value is None:
+            raise BuildError(f"init cannot decide {option[2:]}: pass {option} N")
+
+
+def init_config(options: InitOptions) -> tuple[Path, CommentedMap]:
+    """Write the config (refusing to replace one unless `force`); return its path and content."""
+    _check_options(options)
+    path = (options.out or Path("configs") / f"{options.name}.yaml")
+    if path.exists() and not options.force:
+        raise BuildError(f"{path} exists: pass --force to replace it, or -o another path")
+    tokenizer = locate_tokenizer(options.tokenizer, options.offline)
+    inspected = inspect_template(tokenizer.root, options.loss_mask, options.chat_template_name, options.current_date,
+                                 options.end_of_turn)
+    sources = []
+    for number, given in enumerate(options.sources):
+        located = locate_source(given, options.split, options.offline)
+        wanted = options.formats[number] if options.formats else "auto"
+        if wanted != "auto":
+            sources.append((located, Detected(wanted, "as --format gave", ())))
+            continue
+        found = [detect_format(located.root / name, given) for name in located.files]
+        if any(d.format != found[0].format for d in found):
+            odd = next(name for name, d in zip(located.files, found) if d.format != found[0].format)
+            raise BuildError(f"--source {given}: {odd} has another format than {located.files[0]}: one source is "
+                             "one format; split it into two sources")
+        sources.append((located, found[0]))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    config = compose(options, tokenizer, inspected, sources, path.parent)
+    text = io.StringIO()
+    yaml = YAML()
+    yaml.width = 4096  # a comment is one line however long
+    yaml.dump(config, text)
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(text.getvalue(), encoding="utf-8")
+    try:
+        load_config(partial)  # the one schema: what init writes is what make reads
+    except BuildError as exc:
+        partial.unlink()
+        raise BuildError(f"init wrote a config its own schema refuses (a bug): {exc}") from None
+    os.replace(partial, path)
+    return path, config

@@ -1,0 +1,206 @@
+"""`databuild init`, then `make`, first try: from local folders only, or from a hub cache only (offline,
+revisions resolved through the cache's refs/), a two-source mixture of two formats with a tokenizer
+whose template has no generation tags; the rows equal those of a config written here by hand with
+the same pins (hashed here with hashlib). And what init cannot decide, it asks for by option."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from ruamel.yaml import YAML
+
+from conftest import PHI3, REPO, SOURCE_DIR, TOKENIZER_DIR, needs_phi3
+from test_ends_of_turn import chatml_tokenizer
+from test_hub import lay_out_repo
+
+SHAREGPT_FROM = {"user": "human", "assistant": "gpt", "system": "system"}
+HUB_COMMITS = {"org/tok": "a" * 40, "org/tulu": "b" * 40, "org/chat": "c" * 40}
+
+
+def sharegpt_source(tmp_path):
+    """Fifty fixture conversations in ShareGPT's schema (conversations of from/value), ids of their own."""
+    table = pq.read_table(sorted((SOURCE_DIR / "data").glob("*.parquet"))[1]).slice(0, 50)
+    rows = [{"id": f"sg-{row['id']}", "conversations": [{"from": SHAREGPT_FROM[m["role"]], "value": m["content"]}
+                                                        for m in row["messages"]]} for row in table.to_pylist()]
+    directory = tmp_path / "chat"
+    (directory / "data").mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist(rows), directory / "data" / "train-00000-of-00001.parquet")
+    return directory
+
+
+def sha256s(directory, names):
+    return {name: hashlib.sha256((directory / name).read_bytes()).hexdigest() for name in names}
+
+
+def databuild(*args, cwd, cache=None):
+    env = {**os.environ, "HF_HUB_DISABLE_TELEMETRY": "1"}
+    env.pop("HF_HUB_OFFLINE", None)
+    if cache is not None:
+        env.update(HF_HUB_CACHE=str(cache), HF_HOME=str(cache.parent / "hf-home"), HF_HUB_OFFLINE="1")
+    return subprocess.run([sys.executable, "-m", "databuild", *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd, env=env, timeout=300)
+
+
+def hand_written(path, tokenizer, sources, end_of_turn, origin):
+    """The config a careful user writes for the same inputs and pins."""
+    def where(directory, repo):
+        if origin == "hub":
+            return {"repo": repo, "revision": HUB_COMMITS[repo]}
+        return {"dir": str(directory)}
+
+    tok_dir, tok_files = tokenizer
+    raw = {"name": "by-hand", "loss_mask": "assistant", "seed": 0, "row_tokens": 256, "rows": 6,
+           "end_of_turn": list(end_of_turn),
+           "tokenizer": {**where(tok_dir, "org/tok"), "sha256": sha256s(tok_dir, tok_files)},
+           "sources": [{**where(d, repo), "format": fmt,
+                        "sha256": sha256s(d, [p.relative_to(d).as_posix() for p in sorted(d.glob("data/*"))])}
+                       for d, repo, fmt in sources]}
+    YAML(typ="safe", pure=True).dump(raw, path)
+    return path
+
+
+def init_then_make(tmp_path, tokenizer, end_of_turn, origin):
+    """init and make the mixture (tulu messages + ShareGPT), then make the hand-written config: same rows."""
+    tok_dir, tok_files = tokenizer
+    chat = sharegpt_source(tmp_path)
+    cache = None
+    if origin == "hub":
+        cache = tmp_path / "hub"
+        lay_out_repo(cache, "model", "org/tok", HUB_COMMITS["org/tok"], {f: tok_dir / f for f in tok_files})
+        for repo, directory in (("org/tulu", SOURCE_DIR), ("org/chat", chat)):
+            lay_out_repo(cache, "dataset", repo, HUB_COMMITS[repo],
+                         {p.relative_to(directory).as_posix(): p for p in sorted(directory.glob("data/*"))})
+        given = ["--tokenizer", "org/tok", "--source", "org/tulu@main", "--source", "org/chat", "--offline"]
+    else:
+        given = ["--tokenizer", tok_dir, "--source", SOURCE_DIR, "--source", chat]
+    work = tmp_path / "work"
+    work.mkdir()
+    made = databuild("init", "mixed", *given, "--rows", 6, "--row-tokens", 256, cwd=work, cache=cache)
+    assert made.returncode == 0, made.stderr
+    config = work / "configs" / "mixed.yaml"
+    text = config.read_text()
+    built = databuild("make", "mixed", "--offline", cwd=work, cache=cache)
+    assert built.returncode == 0, built.stderr  # first try
+    assert "where the source rows went" in built.stdout
+    by_hand = hand_written(tmp_path / "by-hand.yaml", tokenizer,
+                           [(SOURCE_DIR, "org/tulu", "messages"), (chat, "org/chat", "sharegpt")], end_of_turn, origin)
+    reference = databuild("make", by_hand, "--out", tmp_path / "by-hand", "--offline", cwd=work, cache=cache)
+    assert reference.returncode == 0, reference.stderr
+    rows = [pq.read_table(p) for p in (work / "build" / "mixed.parquet",
+                                                        tmp_path / "by-hand" / "by-hand.parquet")]
+    assert rows[0].equals(rows[1]) and rows[0].num_rows == 6
+    return text
+
+
+def test_init_then_make_from_local_folders(tmp_path):
+    tok = chatml_tokenizer(tmp_path, eos_token_id=[5, 7])
+    files = ["tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json"]
+    text = init_then_make(tmp_path, (tok, files), ["<|endoftext|>", "<|im_end|>"], "local")
+    assert "format: messages # detected from the schema" in text and "format: sharegpt # detected" in text
+    assert "repo:" not in text and "revision:" not in text  # pinned by content alone
+    assert "generation_config.json's eos_token_id" in text
+    # a comment on every top-level key
+    for line in text.splitlines():
+        if line and not line.startswith((" ", "-", "#")) and not line.startswith("description"):
+            assert "#" in line or line.endswith(":"), line
+
+
+def test_init_then_make_from_a_hub_cache_offline(tmp_path):
+    tok = chatml_tokenizer(tmp_path, eos_token_id=7)
+    files = ["tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json"]
+    text = init_then_make(tmp_path, (tok, files), ["<|im_end|>"], "hub")
+    assert f'revision: "{HUB_COMMITS["org/tulu"]}"  # \'main\' resolved to its commit' in text
+    assert f'revision: "{HUB_COMMITS["org/tok"]}"' in text and "dir:" not in text
+
+
+@needs_phi3
+def test_init_then_make_with_phi3(tmp_path):
+    files = ["tokenizer.json", "tokenizer_config.json", "generation_config.json"]
+    text = init_then_make(tmp_path, (PHI3, files), ["<|assistant|>", "<|endoftext|>", "<|end|>"], "local")
+    assert "the template has no generation tags" in text
+
+
+def untagged_harmony(tmp_path):
+    """The fixture's harmony template without its generation tags: the assistant rule cannot close its
+    turns (<|end|>, <|return|>), and muse_spark is the strategy for it."""
+    directory = tmp_path / "harmony"
+    shutil.copytree(TOKENIZER_DIR, directory)
+    template = directory / "chat_template.jinja"
+    template.write_text(re.sub(r"\{%-?\s*(end)?generation\s*-?%\}", "", template.read_text()))
+    return directory
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"rows": None}, "init cannot decide rows: pass --rows N"),
+    ({"tokenizer": "no_eot"}, "pass --end-of-turn '<|im_end|>'"),
+    ({"tokenizer": "muse"}, "the chat template reads the clock (strftime_now): pass --current-date YYYY-MM-DD"),
+    ({"tokenizer": "untagged_harmony", "date": True}, "it writes harmony turns: pass --loss-mask muse_spark"),
+    ({"source": "ambiguous"}, "the schema fits the formats messages, sharegpt: pass --format NAME"),
+    ({"source": "nothing"}, "no known format fits the schema (id: string, text: string)"),
+    ({"source": "org/absent"}, "dataset org/absent@main: not in the hub cache and offline"),
+    ({"exists": True}, "exists: pass --force to replace it"),
+    ({"format": ["sharegpt", "auto"]}, "--format is given 2 times for 1 sources"),
+])
+def test_what_init_cannot_decide_it_asks_for(tmp_path, change, message):
+    tokenizers = {"no_eot": chatml_tokenizer(tmp_path), "muse": TOKENIZER_DIR,
+                  "untagged_harmony": untagged_harmony(tmp_path),
+                  None: chatml_tokenizer(tmp_path / "ok", eos_token_id=7)}
+    tables = {"ambiguous": pa.table({"messages": [[{"role": "user", "content": "a"}]],
+                                     "conversations": [[{"from": "human", "value": "a"}]]}),
+              "nothing": pa.table({"id": ["x"], "text": ["y"]})}
+    source = change.get("source", SOURCE_DIR)
+    if source in tables:
+        (tmp_path / source / "data").mkdir(parents=True)
+        pq.write_table(tables[source], tmp_path / source / "data" / "train-00000-of-00001.parquet")
+        source = tmp_path / source
+    if change.get("exists"):
+        (tmp_path / "configs").mkdir()
+        (tmp_path / "configs" / "x.yaml").write_text("name: x\n")
+    args = ["init", "x", "--tokenizer", tokenizers[change.get("tokenizer")], "--source", source, "--row-tokens", 64,
+            *([] if "rows" in change else ["--rows", 2]), "--offline",
+            *(["--current-date", "2026-10-01"] if change.get("date") else [])]
+    for fmt in change.get("format", []):
+        args += ["--format", fmt]
+    result = databuild(*args, cwd=tmp_path, cache=tmp_path / "empty-cache")
+    assert result.returncode == 1 and result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    assert message in result.stderr, result.stderr
+    assert not (tmp_path / "configs" / "x.yaml").exists() or change.get("exists")
+    assert not list(tmp_path.glob("configs/.*partial"))
+
+
+def test_init_help_has_examples():
+    result = subprocess.run([sys.executable, "-m", "databuild", "init", "--help"], capture_output=True, text=True,
+                            cwd=REPO)
+    assert result.returncode == 0 and "databuild init my-sft --tokenizer" in result.stdout
+
+
+def test_init_resolves_a_branch_over_http_then_make_builds_offline(tmp_path):
+    """Online, through huggingface_hub's real download path against the stand-in hub: `main` is asked
+    of the revision API and written as its commit; the files init downloaded are what make builds from."""
+    from hub_server import HubServer
+    from test_hub import SOURCE_COMMIT, SOURCE_REPO, TOKENIZER_COMMIT, TOKENIZER_REPO
+    from test_hub_http import fixture_repos
+    from test_hub_http import run as run_against
+
+    branches = {("dataset", SOURCE_REPO, "main"): SOURCE_COMMIT, ("model", TOKENIZER_REPO, "v1"): TOKENIZER_COMMIT}
+    with HubServer(fixture_repos(), branches=branches) as server:
+        made = run_against(server, tmp_path / "home", "init", "online", "--tokenizer", f"{TOKENIZER_REPO}@v1",
+                           "--source", SOURCE_REPO, "--rows", "4", "--row-tokens", "512", "--loss-mask", "muse_spark",
+                           "--current-date", "2026-10-01", "-o", str(tmp_path / "online.yaml"))
+    assert made.returncode == 0, made.stderr
+    text = (tmp_path / "online.yaml").read_text()
+    assert f'revision: "{SOURCE_COMMIT}"  # \'main\' resolved to its commit' in text
+    assert f'revision: "{TOKENIZER_COMMIT}"  # \'v1\' resolved to its commit' in text
+    env = {"HF_HOME": str(tmp_path / "home"), "HF_HUB_CACHE": str(tmp_path / "home" / "hub")}
+    built = subprocess.run([sys.executable, "-m", "databuild", "make", str(tmp_path / "online.yaml"), "--offline",
+                            "--out", str(tmp_path / "out")], capture_output=True, text=True, cwd=REPO,
+                           env={**os.environ, **env}, timeout=300)
+    assert built.returncode == 0, built.stderr
