@@ -58,23 +58,23 @@ def test_an_undeclared_end_of_turn_advises_end_of_turn_and_following_it_builds(t
     code, output = cli("make", config, "--out", tmp_path / "out")
     assert code == 1 and "is not a declared end of turn" in output, output
     assert "on_bad_conversation" not in output, output
-    token = re.search(r"add it to end_of_turn in the config \(end_of_turn: \['(.+?)'\]\)", output)
+    token = re.search(r"set end_of_turn: \['(.+?)'\] in the config", output)
     assert token and token.group(1) == "<|im_end|>", output
     edit(config, end_of_turn=[token.group(1)])
     code, output = cli("make", config, "--out", tmp_path / "out")
     assert code == 0, output
 
 
-def test_ran_out_with_every_conversation_skipped_names_the_kind_and_the_fix(tmp_path):
-    """The advice above not taken, on_bad_conversation: skip set instead: the build runs out, and says that
-    every conversation was skipped as mask_error, the first one, and the fix, which then builds."""
+def test_skipping_does_not_hide_a_template_wide_refusal_and_the_fix_builds(tmp_path):
+    """The advice above not taken, on_bad_conversation: skip set instead: skipping would skip every
+    conversation, so the build stops before its first row (the one-exchange probe, encode/ends.py) with
+    the same fix, which then builds. (A refusal the probe lets through, every conversation skipped the
+    same way, is the ran-out line's: tests/test_ends_of_turn.py.)"""
     config = untagged_chatml(tmp_path)
     edit(config, on_bad_conversation="skip")
     code, output = cli("make", config, "--out", tmp_path / "out")
-    assert code == 1 and output.startswith("error: the source ran out: 0 rows kept of the 40"), output
-    found = re.search(r"of its 300 conversations, (\d+) packed, (\d+) skipped as mask_error;", output)
-    assert found and sum(map(int, found.groups())) == 300, output  # those packed hold no assistant turn
-    assert "most were skipped; the first, databuild-fixtures/tulu-tiny: data/train-" in output
+    assert code == 1 and "so every conversation would be refused the same way" in output, output
+    assert not (tmp_path / "out" / f"{TINY}.parquet").exists()
     edit(config, end_of_turn=[re.search(r"end_of_turn: \['(.+?)'\]", output).group(1)])
     code, output = cli("make", config, "--out", tmp_path / "out")
     assert code == 0, output
