@@ -5,7 +5,7 @@ the user's to decide: the error names --format. Tool and reasoning fields are na
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -13,6 +13,8 @@ import pyarrow.parquet as pq
 
 from ..errors import BuildError
 from ..sources.formats import FORMATS
+from ..sources.formats.adapter import Adapter
+from ..sources.formats.messages import MessageColumn
 from ..sources.formats.adapter import is_string
 
 ROLE_FIELDS = ("role", "from", "speaker", "author")
@@ -25,6 +27,18 @@ class Detected:
     format: str | dict[str, str]  # as the config spells it
     why: str  # for the comment: what decided it
     extras: tuple[str, ...]  # tool or reasoning fields, and a tools column, the schema holds
+    unread: tuple[str, ...] = ()  # columns the format does not read: written as ignore_fields, with a comment
+
+
+def unread_columns(adapter: Adapter, schema: pa.Schema) -> tuple[str, ...]:
+    """The schema's columns that `adapter` does not read (a build refuses them unless ignore_fields lists them)."""
+    known = {*adapter.message_columns, "id", "source", adapter.tools}
+    return tuple(name for name in schema.names if name not in known)
+
+
+def _fits(adapter: Adapter, schema: pa.Schema) -> bool:
+    """The format reads the schema, columns it does not read aside."""
+    return replace(adapter, ignore=frozenset(unread_columns(adapter, schema))).schema_problem(schema) is None
 
 
 def _mappings(schema: pa.Schema) -> list[dict[str, str]]:
@@ -57,11 +71,11 @@ def detect_format(path: Path, given: str) -> Detected:
         schema = pq.read_schema(path)
     except (OSError, pa.ArrowException) as exc:
         raise BuildError(f"--source {given}: {path.name}: not a readable parquet file ({exc})") from None
-    named = [name for name, adapter in FORMATS.items() if adapter.schema_problem(schema) is None]
+    named = [name for name, adapter in FORMATS.items() if _fits(adapter, schema)]
     if len(named) == 1:
         adapter = FORMATS[named[0]]
         return Detected(named[0], f"detected from the schema (columns {', '.join(adapter.message_columns)})",
-                        _extras(schema, list(adapter.message_columns)))
+                        _extras(schema, list(adapter.message_columns)), unread_columns(adapter, schema))
     if len(named) > 1:
         raise BuildError(f"--source {given}: the schema fits the formats {', '.join(named)}: pass --format NAME")
     mappings = _mappings(schema)
@@ -69,7 +83,7 @@ def detect_format(path: Path, given: str) -> Detected:
         mapping = mappings[0]
         return Detected(mapping, f"detected from the schema (column {mapping['messages']} of "
                                  f"{mapping['role']}/{mapping['content']})",
-                        _extras(schema, [mapping["messages"]]))
+                        _extras(schema, [mapping["messages"]]), unread_columns(MessageColumn(**mapping), schema))
     columns = ", ".join(f"{f.name}: {f.type}" for f in schema)
     if mappings:
         raise BuildError(f"--source {given}: several columns could hold the messages "

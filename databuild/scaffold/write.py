@@ -69,6 +69,10 @@ def _source(located: Located, detected: Detected, split: str, config_dir: Path) 
     entry["format"] = detected.format if isinstance(detected.format, str) else CommentedMap(detected.format)
     extras = f"; tool/reasoning fields: {', '.join(detected.extras)}" if detected.extras else ""
     entry.yaml_add_eol_comment(f"{detected.why}{extras}", "format")
+    if detected.unread:
+        entry["ignore_fields"] = CommentedSeq(detected.unread)
+        entry.yaml_add_eol_comment("columns the format does not read, left out on purpose; remove one and the "
+                                   "build refuses the file", "ignore_fields")
     entry["sha256"] = CommentedMap(located.pins)
     entry.yaml_add_eol_comment(f"every data file's sha256, checked before a row is built "
                                f"({len(located.files)} file{'s' if len(located.files) != 1 else ''})", "sha256")
