@@ -144,10 +144,11 @@ def prepare(config: BuildConfig, offline: bool = False, window: int = DEFAULT_WI
     return Prepared(config, inputs, pinned.packing, malformed, pinned.encoder, spill, spill_dir)
 
 
-def make(config: BuildConfig, out_dir: Path, *, force: bool = False, offline: bool = False, workers: int = 1,
+def make(config: BuildConfig, out_dir: Path, *, force: bool = False, offline: bool = False, workers: int | None = None,
          batch_size: int = DEFAULT_BATCH, window: int = DEFAULT_WINDOW, spill_prefix: int | None = None,
          progress: bool | None = None, executor: str = "local", ray_address: str | None = None) -> BuildResult:
-    """Build config into out_dir/NAME.parquet, unless the build there is up to date (`force`: build anyway)."""
+    """Build config into out_dir/NAME.parquet, unless the build there is up to date (`force`: build anyway).
+    `workers` None: the machine's default (executors/cores.py)."""
     started = time.perf_counter()
     final = Path(out_dir) / f"{config.name}.parquet"
     pinned = pin(config, offline)
@@ -171,7 +172,7 @@ def _current(final: Path, started: float) -> BuildResult:
     return BuildResult(final, manifest_file, read_manifest(manifest_file), time.perf_counter() - started)
 
 
-def _make(prepared: Prepared, final: Path, workers: int, batch_size: int, progress: bool | None,
+def _make(prepared: Prepared, final: Path, workers: int | None, batch_size: int, progress: bool | None,
           executor: str, ray_address: str | None, started: float) -> BuildResult:
     config, inputs, encoder = prepared.config, prepared.inputs, prepared.encoder
     partial = partial_path(final)

@@ -12,12 +12,14 @@ if TYPE_CHECKING:
 
 
 def encode_stream_on(executor: str, conversations: Iterable[Conversation], encoder: Encoder, batch_size: int,
-                     workers: int, ray_address: str | None = None) -> Iterator[TokenizedConversation]:
-    """The stream encoded by `executor` ("local" or "ray"; `ray_address` for ray only)."""
+                     workers: int | None, ray_address: str | None = None) -> Iterator[TokenizedConversation]:
+    """The stream encoded by `executor` ("local" or "ray"; `ray_address` for ray only). `workers`
+    None: local, the machine's default (cores.default_workers); ray, one actor."""
     if executor == "ray":
         from .ray import ray_encode_stream
 
-        return ray_encode_stream(conversations, encoder, batch_size, workers, ray_address)
+        return ray_encode_stream(conversations, encoder, batch_size, workers or 1, ray_address)
+    from .cores import default_workers
     from .local import encode_stream
 
-    return encode_stream(conversations, encoder, batch_size, workers)
+    return encode_stream(conversations, encoder, batch_size, default_workers() if workers is None else workers)

@@ -1,6 +1,11 @@
 """The local executor: the encode step in this process, overlapped with its tokenizer's Rust threads,
 or in a pool of worker processes; results in batch order either way.
 
+The cores are shared on purpose (executors/cores.py): one process uses the tokenizer's threads on
+every core; W processes get cores // W threads each (RAYON_NUM_THREADS, set in their environment
+before the tokenizer's thread pool starts), so that W processes never leave cores idle (one thread
+each) nor run W pools as wide as the machine.
+
 `in_order` and `batches` are what every executor shares: the stream cut into batches, and the
 results taken back in submission order with a bounded number in flight.
 """
@@ -15,6 +20,7 @@ from itertools import islice
 from typing import Callable, Iterable, Iterator
 
 from ..encode.encoder import Encoder, TokenizedConversation
+from .cores import threads_per_worker
 from ..sources.reader import Conversation
 
 
@@ -53,6 +59,7 @@ def _overlapped(conversations: Iterable[Conversation], encoder: Encoder,
         yield from in_order(batches(conversations, batch_size), submit, result, 2)
 
 
+THREAD_VARIABLES = ("RAYON_NUM_THREADS", "TOKENIZERS_PARALLELISM")
 _worker_encoder: Encoder | None = None  # in a worker process: the one the pool was started with
 
 
@@ -73,8 +80,10 @@ def encode_stream(conversations: Iterable[Conversation], encoder: Encoder, batch
         return
     # spawn, not fork: the tokenizer's Rust thread pool does not survive a fork.
     context = multiprocessing.get_context("spawn")
-    env_threads = os.environ.get("RAYON_NUM_THREADS")
-    os.environ["RAYON_NUM_THREADS"] = "1"  # one process per core; children inherit this at spawn
+    threads = threads_per_worker(workers)
+    saved = {name: os.environ.get(name) for name in THREAD_VARIABLES}
+    # Children inherit these at spawn; the tokenizer reads them when its thread pool starts.
+    os.environ.update(RAYON_NUM_THREADS=str(threads), TOKENIZERS_PARALLELISM="true" if threads > 1 else "false")
     try:
         # The encoder (tokenizer included) goes to each worker once, not with every batch.
         with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_start_worker,
@@ -82,7 +91,8 @@ def encode_stream(conversations: Iterable[Conversation], encoder: Encoder, batch
             yield from in_order(batches(conversations, batch_size), lambda b: pool.submit(_encode_in_worker, b),
                                 lambda future: future.result(), 2 * workers)
     finally:
-        if env_threads is None:
-            os.environ.pop("RAYON_NUM_THREADS", None)
-        else:
-            os.environ["RAYON_NUM_THREADS"] = env_threads
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
