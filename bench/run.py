@@ -243,6 +243,8 @@ def source_state(copy: Path | None = None) -> str:
         done = subprocess.run(["git", "-C", str(where), *command], capture_output=True, text=True)
         return done.stdout.strip() if done.returncode == 0 else ""
 
+    if copy is None and not (REPO / ".git").exists():
+        return f"copy at {REPO} (not a git checkout)"
     if copy is not None:
         commit = git(copy, "log", "-1", "--format=%h %s") if (copy / ".git").exists() else ""
         return f"copy at {copy}" + (f" ({commit})" if commit else "")

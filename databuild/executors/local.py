@@ -4,7 +4,8 @@ or in a pool of worker processes; results in batch order either way.
 The cores are shared on purpose (executors/cores.py): one process uses the tokenizer's threads on
 every core; W processes get cores // W threads each (RAYON_NUM_THREADS, set in their environment
 before the tokenizer's thread pool starts), so that W processes never leave cores idle (one thread
-each) nor run W pools as wide as the machine.
+each) nor run W pools as wide as the machine. Each worker overlaps its own tokenizer threads and
+its Python (WORKER_PARTS), as one process does.
 
 `in_order` and `batches` are what every executor shares: the stream cut into batches, and the
 results taken back in submission order with a bounded number in flight.
@@ -60,6 +61,9 @@ def _overlapped(conversations: Iterable[Conversation], encoder: Encoder,
 
 
 THREAD_VARIABLES = ("RAYON_NUM_THREADS", "TOKENIZERS_PARALLELISM")
+# A worker's batch is encoded in this many parts, overlapped as in one process: the worker's tokenizer
+# threads tokenize part k+1 while its Python masks part k, so they do not wait for each other.
+WORKER_PARTS = 4
 _worker_encoder: Encoder | None = None  # in a worker process: the one the pool was started with
 
 
@@ -68,31 +72,63 @@ def _start_worker(encoder: Encoder) -> None:
     _worker_encoder = encoder
 
 
+def _ready() -> None:
+    """A worker's first call: returns once the worker has started (imports done, encoder received)."""
+
+
 def _encode_in_worker(batch: list[Conversation]) -> list[TokenizedConversation]:
-    return _worker_encoder.encode_batch(batch)
+    return list(_overlapped(batch, _worker_encoder, max(1, -(-len(batch) // WORKER_PARTS))))
+
+
+class LocalEncoding:
+    """The encode step on this machine for one build, as a context: with `workers` > 1, a pool of
+    worker processes started on entry (so that they start, import and receive the encoder while the
+    driver reads the source), shut down on exit; with 1, this process."""
+
+    def __init__(self, encoder: Encoder, workers: int = 1):
+        self.encoder, self.workers, self.pool = encoder, max(1, workers), None
+        self.saved: dict[str, str | None] = {}
+
+    def __enter__(self) -> LocalEncoding:
+        if self.workers == 1:
+            return self
+        threads = threads_per_worker(self.workers)
+        self.saved = {name: os.environ.get(name) for name in THREAD_VARIABLES}
+        # Children inherit these at spawn; the tokenizer reads them when its thread pool starts.
+        os.environ.update(RAYON_NUM_THREADS=str(threads), TOKENIZERS_PARALLELISM="true" if threads > 1 else "false")
+        try:
+            # spawn, not fork: the tokenizer's Rust thread pool does not survive a fork. The encoder
+            # (tokenizer included) goes to each worker once, not with every batch.
+            self.pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=multiprocessing.get_context("spawn"),
+                                            initializer=_start_worker, initargs=(self.encoder,))
+            for _ in range(self.workers):  # one call each starts them all now, not at the first batches
+                self.pool.submit(_ready)
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def stream(self, conversations: Iterable[Conversation], batch_size: int) -> Iterator[TokenizedConversation]:
+        """Tokenized conversations in input order; at most 2*workers batches in flight (bounded memory)."""
+        if self.pool is None:
+            return _overlapped(conversations, self.encoder, batch_size)
+        return in_order(batches(conversations, batch_size), lambda b: self.pool.submit(_encode_in_worker, b),
+                        lambda future: future.result(), 2 * self.workers)
+
+    def __exit__(self, *exc) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(cancel_futures=True)
+            self.pool = None
+        for name, value in self.saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        self.saved = {}
 
 
 def encode_stream(conversations: Iterable[Conversation], encoder: Encoder, batch_size: int,
                   workers: int = 1) -> Iterator[TokenizedConversation]:
     """Tokenized conversations in input order. At most 2*workers batches are in flight (bounded memory)."""
-    if workers <= 1:
-        yield from _overlapped(conversations, encoder, batch_size)
-        return
-    # spawn, not fork: the tokenizer's Rust thread pool does not survive a fork.
-    context = multiprocessing.get_context("spawn")
-    threads = threads_per_worker(workers)
-    saved = {name: os.environ.get(name) for name in THREAD_VARIABLES}
-    # Children inherit these at spawn; the tokenizer reads them when its thread pool starts.
-    os.environ.update(RAYON_NUM_THREADS=str(threads), TOKENIZERS_PARALLELISM="true" if threads > 1 else "false")
-    try:
-        # The encoder (tokenizer included) goes to each worker once, not with every batch.
-        with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_start_worker,
-                                 initargs=(encoder,)) as pool:
-            yield from in_order(batches(conversations, batch_size), lambda b: pool.submit(_encode_in_worker, b),
-                                lambda future: future.result(), 2 * workers)
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+    with LocalEncoding(encoder, workers) as local:
+        yield from local.stream(conversations, batch_size)
