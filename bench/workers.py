@@ -278,6 +278,7 @@ def run_make(job: dict) -> dict:
     from databuild.config import load_config
 
     phases = _timed(databuild.build, ("pin", "prepare", "check_unchanged"))
+    waits = _waits()
     config = load_config(job["config"])
     tree = TreePeak() if (job["workers"] or 2) > 1 else None
     if tree:
@@ -298,7 +299,7 @@ def run_make(job: dict) -> dict:
             "rows": output["rows"], "supervised_tokens": output["supervised_tokens"],
             "rows_skipped": counts["rows_skipped"]["no_supervised_token"],
             "rows_sha256": output["rows_sha256"], "parquet_bytes": output["parquet_bytes"],
-            "databuild": str(Path(databuild.__file__).parent), "phases": {k: round(v, 3) for k, v in phases.items()},
+            "databuild": str(Path(databuild.__file__).parent), "phases": {k: round(v, 3) for k, v in {**phases, **waits}.items()},
             "tree_peak_rss_mib": tree.stop() if tree else None, **load.figures}
 
 
@@ -317,6 +318,25 @@ def _timed(module, names: tuple[str, ...]) -> dict[str, float]:
 
     for name in names:
         setattr(module, name, wrap(name, getattr(module, name)))
+    return spent
+
+
+def _waits() -> dict[str, float]:
+    """Wall seconds the driver's threads spend blocked on futures: on the encode workers' results
+    (little: the workers are the bottleneck; much: the driver is) and on the background writer."""
+    from concurrent.futures import Future
+
+    spent = {"waiting for workers": 0.0, "waiting for the writer": 0.0}
+    result = Future.result
+
+    def timed(self, timeout=None):
+        started = time.perf_counter()
+        value = result(self, timeout)
+        spent["waiting for workers" if isinstance(value, tuple) else "waiting for the writer"] += \
+            time.perf_counter() - started
+        return value
+
+    Future.result = timed
     return spent
 
 

@@ -40,3 +40,29 @@ def test_a_cgroup_quota_caps_the_cores(tmp_path, monkeypatch, text, expected):
     monkeypatch.setattr(cores, "CGROUP_CPU_MAX", tmp_path / "cpu.max")
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)))
     assert available_cores() == expected
+
+
+def test_results_cross_from_workers_whole(tiny_config):
+    """What a worker sends back (one buffer of ids and one of masks a batch) is every field of every
+    result, bad conversations (no tokens) included, in order."""
+    from itertools import islice
+
+    import numpy as np
+
+    from databuild.build import prepare
+    from databuild.executors.local import from_columns, to_columns
+    from databuild.sources.bad import Problem
+
+    with prepare(tiny_config) as prepared:
+        results = prepared.encoder.encode_batch(list(islice(prepared.conversations(), 9)))
+    bad = results[3].__class__(7, 8, "bad-id", "src", np.zeros(0, np.int32), np.zeros(0, np.int8),
+                               Problem("malformed", "why"))
+    results = results[:3] + [bad] + results[3:]
+    again = from_columns(to_columns(results))
+    assert len(again) == len(results) == 10
+    for a, b in zip(again, results):
+        assert (a.input_ids.dtype, a.loss_mask.dtype) == (np.int32, np.int8)
+        assert a.input_ids.tolist() == b.input_ids.tolist() and a.loss_mask.tolist() == b.loss_mask.tolist()
+        assert (a.position, a.index, a.id, a.source, a.problem, a.empty_assistant_turns) == \
+               (b.position, b.index, b.id, b.source, b.problem, b.empty_assistant_turns)
+    assert from_columns(to_columns([])) == []

@@ -17,8 +17,11 @@ import multiprocessing
 import os
 from collections import deque
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from dataclasses import fields
 from itertools import islice
-from typing import Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
+
+import numpy as np
 
 from ..encode.encoder import Encoder, TokenizedConversation
 from .cores import threads_per_worker
@@ -76,8 +79,30 @@ def _ready() -> None:
     """A worker's first call: returns once the worker has started (imports done, encoder received)."""
 
 
-def _encode_in_worker(batch: list[Conversation]) -> list[TokenizedConversation]:
-    return list(_overlapped(batch, _worker_encoder, max(1, -(-len(batch) // WORKER_PARTS))))
+def _encode_in_worker(batch: list[Conversation]) -> tuple:
+    return to_columns(list(_overlapped(batch, _worker_encoder, max(1, -(-len(batch) // WORKER_PARTS)))))
+
+
+_ARRAYS = ("input_ids", "loss_mask")
+_SCALARS = tuple(f.name for f in fields(TokenizedConversation) if f.name not in _ARRAYS)
+
+
+def to_columns(results: list[TokenizedConversation]) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[tuple[Any, ...]]]:
+    """A batch's results as what crosses from a worker to the driver: the lengths, every token id and
+    every mask value in one array each, and the other fields as tuples. The driver unpickles two
+    buffers a batch rather than two arrays a conversation (its time is the ceiling of the build)."""
+    lengths = np.fromiter((len(r.input_ids) for r in results), dtype=np.int64, count=len(results))
+    ids = np.concatenate([r.input_ids for r in results] or [np.zeros(0, dtype=np.int32)])
+    mask = np.concatenate([r.loss_mask for r in results] or [np.zeros(0, dtype=np.int8)])
+    return lengths, ids, mask, [tuple(getattr(r, name) for name in _SCALARS) for r in results]
+
+
+def from_columns(columns: tuple) -> list[TokenizedConversation]:
+    """The results of `to_columns` again, each conversation's arrays a view of the batch's."""
+    lengths, ids, mask, scalars = columns
+    ends = np.cumsum(lengths).tolist()
+    return [TokenizedConversation(**dict(zip(_SCALARS, values)), input_ids=ids[low:high], loss_mask=mask[low:high])
+            for values, low, high in zip(scalars, [0] + ends[:-1], ends)]
 
 
 class LocalEncoding:
@@ -113,7 +138,7 @@ class LocalEncoding:
         if self.pool is None:
             return _overlapped(conversations, self.encoder, batch_size)
         return in_order(batches(conversations, batch_size), lambda b: self.pool.submit(_encode_in_worker, b),
-                        lambda future: future.result(), 2 * self.workers)
+                        lambda future: from_columns(future.result()), 2 * self.workers)
 
     def __exit__(self, *exc) -> None:
         if self.pool is not None:
