@@ -326,14 +326,15 @@ def _waits() -> dict[str, float]:
     (little: the workers are the bottleneck; much: the driver is) and on the background writer."""
     from concurrent.futures import Future
 
-    spent = {"waiting for workers": 0.0, "waiting for the writer": 0.0}
+    spent = {"waiting for workers": 0.0, "waiting for the writer": 0.0, "waiting for the tokenizer threads": 0.0}
     result = Future.result
 
     def timed(self, timeout=None):
         started = time.perf_counter()
         value = result(self, timeout)
-        spent["waiting for workers" if isinstance(value, tuple) else "waiting for the writer"] += \
-            time.perf_counter() - started
+        kind = "workers" if isinstance(value, tuple) else "the tokenizer threads" if isinstance(value, list) else \
+            "the writer"  # results of a worker / of encode_batch in this process / of write_table
+        spent[f"waiting for {kind}"] += time.perf_counter() - started
         return value
 
     Future.result = timed
