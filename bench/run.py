@@ -92,6 +92,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "and databuild's default)")
     parser.add_argument("--big-rows", type=int, default=None,
                         help="--curve: also a job of this many rows at databuild's default --workers, against its limit")
+    parser.add_argument("--profile", type=Path, default=None,
+                        help="--curve: profile each job's main thread (cProfile) into DIR/job-wN.prof and print its top")
     parser.add_argument("--corpus-jobs", type=int, default=None,
                         help="generate the corpus in this many processes, each shard seeded of its own (another "
                              "corpus than the serial one; cached apart)")
@@ -207,7 +209,8 @@ def build(args, corpus, tokenizer: Path, loss_mask: str, kwargs: dict, rows: int
                           args.seed, args.row_tokens, rows, packing)
     workers = args.workers if workers is None else workers
     job = {"path": "make", "config": str(config), "out": str(tmp / f"out-{tag}"), "workers": workers or None,
-           "batch_size": args.batch_size, "window": args.window}
+           "batch_size": args.batch_size, "window": args.window,
+           "profile": str(args.profile / f"job-{tag}.prof") if getattr(args, "profile", None) else None}
     return fastest([run_worker(job, tmp, args.threads, args.databuild) for _ in range(args.repeat)])
 
 
@@ -405,6 +408,10 @@ def curve(args, corpus, tokenizer, loss_mask, kwargs, tmp) -> dict:
     for workers in counts:
         jobs[workers] = build(args, corpus, tokenizer, loss_mask, kwargs, rows, tmp, f"1x-w{workers}", workers=workers)
         print(f"job, --workers {workers}: {jobs[workers]['seconds']:.1f} s", flush=True)
+        if args.profile:
+            import pstats
+
+            pstats.Stats(str(args.profile / f"job-1x-w{workers}.prof")).sort_stats("tottime").print_stats(25)
     conversations = jobs[counts[0]]["conversations"]
     limit = limit_of(args, corpus, tokenizer, kwargs, tmp, conversations, read)
     print(f"limit: read {limit['read_seconds']:.2f} s + floor {limit['floor_seconds']:.2f} s", flush=True)

@@ -286,8 +286,16 @@ def run_make(job: dict) -> dict:
     with Load() as load:
         started = time.perf_counter()
         window = {"window": job["window"]} if job.get("window") else {}
-        result = make(config, Path(job["out"]), offline=True, workers=job["workers"],
-                      batch_size=job["batch_size"], progress=False, **window)
+        if job.get("profile"):  # the driver's main thread only
+            import cProfile
+
+            profiler = cProfile.Profile()
+            result = profiler.runcall(make, config, Path(job["out"]), offline=True, workers=job["workers"],
+                                      batch_size=job["batch_size"], progress=False, **window)
+            profiler.dump_stats(job["profile"])
+        else:
+            result = make(config, Path(job["out"]), offline=True, workers=job["workers"],
+                          batch_size=job["batch_size"], progress=False, **window)
         seconds = time.perf_counter() - started
     output, counts = result.data["output"], result.data["counts"]
     # concat cuts a conversation at each row boundary it straddles: the first segment of a continued row

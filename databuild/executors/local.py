@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import pickle
+import threading
 from collections import deque
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import fields
@@ -70,9 +72,9 @@ WORKER_PARTS = 4
 _worker_encoder: Encoder | None = None  # in a worker process: the one the pool was started with
 
 
-def _start_worker(encoder: Encoder) -> None:
+def _start_worker(encoder: bytes) -> None:
     global _worker_encoder
-    _worker_encoder = encoder
+    _worker_encoder = pickle.loads(encoder)
 
 
 def _ready() -> None:
@@ -107,12 +109,18 @@ def from_columns(columns: tuple) -> list[TokenizedConversation]:
 
 class LocalEncoding:
     """The encode step on this machine for one build, as a context: with `workers` > 1, a pool of
-    worker processes started on entry (so that they start, import and receive the encoder while the
-    driver reads the source), shut down on exit; with 1, this process."""
+    worker processes started on entry, from a thread of its own, so that they start, import and
+    receive the encoder while the driver reads the source; shut down on exit. With 1, this process.
+
+    The encoder goes to the workers as pickled bytes, unpickled by each worker's initializer: a
+    spawned child reads what its parent writes only once it has unpickled it, so an encoder passed
+    as itself (whose unpickling imports transformers) would make the parent wait for each child's
+    imports in turn."""
 
     def __init__(self, encoder: Encoder, workers: int = 1):
         self.encoder, self.workers, self.pool = encoder, max(1, workers), None
         self.saved: dict[str, str | None] = {}
+        self.starting: threading.Thread | None = None
 
     def __enter__(self) -> LocalEncoding:
         if self.workers == 1:
@@ -125,9 +133,11 @@ class LocalEncoding:
             # spawn, not fork: the tokenizer's Rust thread pool does not survive a fork. The encoder
             # (tokenizer included) goes to each worker once, not with every batch.
             self.pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=multiprocessing.get_context("spawn"),
-                                            initializer=_start_worker, initargs=(self.encoder,))
-            for _ in range(self.workers):  # one call each starts them all now, not at the first batches
-                self.pool.submit(_ready)
+                                            initializer=_start_worker, initargs=(pickle.dumps(self.encoder),))
+            # One call each starts them all now, not at the first batches, and not on this thread.
+            self.starting = threading.Thread(target=lambda: [self.pool.submit(_ready) for _ in range(self.workers)],
+                                             name="databuild-start-workers", daemon=True)
+            self.starting.start()
         except BaseException:
             self.__exit__()
             raise
@@ -137,10 +147,14 @@ class LocalEncoding:
         """Tokenized conversations in input order; at most 2*workers batches in flight (bounded memory)."""
         if self.pool is None:
             return _overlapped(conversations, self.encoder, batch_size)
+        self.starting.join()
         return in_order(batches(conversations, batch_size), lambda b: self.pool.submit(_encode_in_worker, b),
                         lambda future: from_columns(future.result()), 2 * self.workers)
 
     def __exit__(self, *exc) -> None:
+        if self.starting is not None:
+            self.starting.join()
+            self.starting = None
         if self.pool is not None:
             self.pool.shutdown(cancel_futures=True)
             self.pool = None
