@@ -237,13 +237,14 @@ def write_corpus(root: Path, conversations: int, seed: int, format: str = "messa
         from concurrent.futures import ProcessPoolExecutor
 
         with ProcessPoolExecutor(max_workers=jobs) as pool:
-            written = list(pool.map(_seeded_shard, [(root, format, seed, k, int(bounds[k]), int(bounds[k + 1] - bounds[k]),
-                                                     paths[k]) for k in range(shards)]))
+            jobs_ = [(root, format, seed, k, int(bounds[k]), int(bounds[k + 1] - bounds[k]), paths[k])
+                     for k in range(shards)]
+            written = list(pool.map(_seeded_shard, jobs_))
     else:
         maker = ConversationMaker(seed)
         kinds = _kinds(maker.rng, conversations)
-        written = [_write_shard(root, schema, columns_of, maker, kinds[bounds[k]:bounds[k + 1]], int(bounds[k]), paths[k])
-                   for k in range(shards)]
+        written = [_write_shard(root, schema, columns_of, maker, kinds[bounds[k]:bounds[k + 1]], int(bounds[k]),
+                                paths[k]) for k in range(shards)]
     chars, size = sum(c for c, _ in written), sum(b for _, b in written)
     done.write_text(json.dumps({"conversations": conversations, "shards": shards, "characters": chars,
                                 "bytes": size, "seed": seed, "generator": GENERATOR_VERSION, "format": format,
@@ -254,4 +255,5 @@ def write_corpus(root: Path, conversations: int, seed: int, format: str = "messa
 def corpus_dir(cache: Path, conversations: int, seed: int, format: str = "messages", per_shard: bool = False) -> Path:
     key = hashlib.sha256(f"{GENERATOR_VERSION}:{conversations}:{seed}{':per-shard' if per_shard else ''}".encode()
                          ).hexdigest()[:12]
-    return cache / f"corpus-{conversations}-s{seed}{'-p' if per_shard else ''}-{key}" / ("" if format == "messages" else format)
+    name = f"corpus-{conversations}-s{seed}{'-p' if per_shard else ''}-{key}"
+    return cache / name / ("" if format == "messages" else format)

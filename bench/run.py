@@ -91,9 +91,11 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="comma-separated --workers counts for --curve (default 1, 2, 4, ... up to the cores, "
                              "and databuild's default)")
     parser.add_argument("--big-rows", type=int, default=None,
-                        help="--curve: also a job of this many rows at databuild's default --workers, against its limit")
+                        help="--curve: also a job of this many rows at databuild's default --workers, "
+                             "against its own limit")
     parser.add_argument("--profile", type=Path, default=None,
-                        help="--curve: profile each job's main thread (cProfile) into DIR/job-wN.prof and print its top")
+                        help="--curve: profile each job's main thread (cProfile) into DIR/job-1x-wN.prof, "
+                             "and print its top")
     parser.add_argument("--corpus-jobs", type=int, default=None,
                         help="generate the corpus in this many processes, each shard seeded of its own (another "
                              "corpus than the serial one; cached apart)")

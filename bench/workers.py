@@ -307,7 +307,8 @@ def run_make(job: dict) -> dict:
             "rows": output["rows"], "supervised_tokens": output["supervised_tokens"],
             "rows_skipped": counts["rows_skipped"]["no_supervised_token"],
             "rows_sha256": output["rows_sha256"], "parquet_bytes": output["parquet_bytes"],
-            "databuild": str(Path(databuild.__file__).parent), "phases": {k: round(v, 3) for k, v in {**phases, **waits}.items()},
+            "databuild": str(Path(databuild.__file__).parent),
+            "phases": {k: round(v, 3) for k, v in {**phases, **waits}.items()},
             "tree_peak_rss_mib": tree.stop() if tree else None, **load.figures}
 
 

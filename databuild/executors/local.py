@@ -21,13 +21,13 @@ from collections import deque
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import fields
 from itertools import islice
-from typing import Any, Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
 from ..encode.encoder import Encoder, TokenizedConversation
-from .cores import threads_per_worker
 from ..sources.reader import Conversation
+from .cores import threads_per_worker
 
 
 def batches(items: Iterable[Conversation], size: int) -> Iterator[list[Conversation]]:
@@ -89,7 +89,7 @@ _ARRAYS = ("input_ids", "loss_mask")
 _SCALARS = tuple(f.name for f in fields(TokenizedConversation) if f.name not in _ARRAYS)
 
 
-def to_columns(results: list[TokenizedConversation]) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[tuple[Any, ...]]]:
+def to_columns(results: list[TokenizedConversation]) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[tuple]]:
     """A batch's results as what crosses from a worker to the driver: the lengths, every token id and
     every mask value in one array each, and the other fields as tuples. The driver unpickles two
     buffers a batch rather than two arrays a conversation (its time is the ceiling of the build)."""

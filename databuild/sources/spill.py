@@ -7,7 +7,8 @@ directory; the stream reads the buckets back in order, one in memory at a time, 
 The first pass also checks every row of the mixed source, so a malformed row anywhere is known before
 anything is rendered. A pass reads the files in parts (runs of row groups) on threads, one per core:
 parquet decoding, the checks, the takes and the IPC writes run in Arrow's C++ without the GIL, and
-each bucket file has a lock of its own, so parts writing different buckets never wait for each other. It spills only the prefix of the stream the build is expected to read
+each bucket file has a lock of its own, so parts writing different buckets never wait for each
+other. It spills only the prefix of the stream the build is expected to read
 (`expected_prefix`, generous), because a recipe may read a few percent of its source; a stream that
 goes past it gets another pass, which spills as far again (the spilled prefix doubles). The stream
 is the same whatever the prefix, the window, the number of passes or the order files finish in.
