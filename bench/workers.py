@@ -291,11 +291,12 @@ def run_make(job: dict) -> dict:
 
             profiler = cProfile.Profile()
             result = profiler.runcall(make, config, Path(job["out"]), offline=True, workers=job["workers"],
-                                      batch_size=job["batch_size"], progress=False, **window)
+                                      batch_size=job["batch_size"], progress=False, force=True, **window)
             profiler.dump_stats(job["profile"])
         else:
+            # force: a repeat builds into the same directory, where the first run's build is up to date
             result = make(config, Path(job["out"]), offline=True, workers=job["workers"],
-                          batch_size=job["batch_size"], progress=False, **window)
+                          batch_size=job["batch_size"], progress=False, force=True, **window)
         seconds = time.perf_counter() - started
     output, counts = result.data["output"], result.data["counts"]
     # concat cuts a conversation at each row boundary it straddles: the first segment of a continued row
