@@ -143,9 +143,13 @@ class TextBank:
 
 
 class ConversationMaker:
-    def __init__(self, seed: int):
+    def __init__(self, seed, shard: int | None = None):
+        """One generator from `seed`; with `shard`, the vocabulary still from `seed` (the same in
+        every shard) and the draws from a generator of the shard's own, seeded (seed, shard)."""
         self.rng = np.random.default_rng(seed)
         self.bank = TextBank(self.rng)
+        if shard is not None:
+            self.rng = self.bank.rng = np.random.default_rng([seed, shard])
 
     def _words(self, median: float, sigma: float, low: int, high: int) -> int:
         return int(np.clip(self.rng.lognormal(math.log(median), sigma), low, high))
@@ -193,35 +197,63 @@ def _shard_count(conversations: int) -> int:
     return max(2, math.ceil(conversations / SHARD_ROWS))
 
 
-def write_corpus(root: Path, conversations: int, seed: int, format: str = "messages") -> CorpusInfo:
-    """Write root/data/train-0000K-of-0000N.parquet; reuse them if a finished copy is there."""
+def _write_shard(root: Path, schema: pa.Schema, columns_of, maker: ConversationMaker,
+                 kinds: list[tuple[str, str]], first: int, path: Path) -> tuple[int, int]:
+    """Conversations first, first+1, ... (one per kind) to `path`; returns (characters, bytes)."""
+    rows, chars = [], 0
+    for i, (source, kind) in enumerate(kinds, first):
+        messages = maker.messages(kind)
+        rows.append({"id": f"bench-{i:08d}", **columns_of(messages), "source": source})
+        chars += sum(len(m["content"]) for m in messages)
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), path, compression="snappy", row_group_size=1000)
+    return chars, path.stat().st_size
+
+
+def _seeded_shard(job: tuple) -> tuple[int, int]:
+    """One shard of a per-shard-seeded corpus, from its own generator (seed, shard): in a process pool."""
+    root, format, seed, shard, first, count, path = job
+    schema, columns_of = SCHEMAS[format]
+    maker = ConversationMaker(seed, shard)
+    return _write_shard(root, schema, columns_of, maker, _kinds(maker.rng, count), first, path)
+
+
+def write_corpus(root: Path, conversations: int, seed: int, format: str = "messages",
+                 jobs: int | None = None) -> CorpusInfo:
+    """Write root/data/train-0000K-of-0000N.parquet; reuse them if a finished copy is there.
+
+    `jobs`: generate the shards in that many processes, each shard from a generator of its own,
+    seeded (seed, shard). That is another corpus than the serial one (one generator for all shards)
+    of the same shape, the same whatever `jobs` is; corpus_dir(..., per_shard=True) keys it apart."""
     schema, columns_of = SCHEMAS[format]
     done = root / "corpus.json"
     if done.exists():
         info = json.loads(done.read_text())
         return CorpusInfo(root, info["conversations"], info["shards"], info["characters"], info["bytes"])
-    maker = ConversationMaker(seed)
-    kinds = _kinds(maker.rng, conversations)
     shards = _shard_count(conversations)
     bounds = np.linspace(0, conversations, shards + 1).astype(int)
     (root / "data").mkdir(parents=True, exist_ok=True)
-    chars = size = 0
-    for k in range(shards):
-        rows = []
-        for i in range(bounds[k], bounds[k + 1]):
-            source, kind = kinds[i]
-            messages = maker.messages(kind)
-            rows.append({"id": f"bench-{i:08d}", **columns_of(messages), "source": source})
-            chars += sum(len(m["content"]) for m in messages)
-        path = root / "data" / f"train-{k:05d}-of-{shards:05d}.parquet"
-        pq.write_table(pa.Table.from_pylist(rows, schema=schema), path, compression="snappy",
-                       row_group_size=1000)
-        size += path.stat().st_size
+    paths = [root / "data" / f"train-{k:05d}-of-{shards:05d}.parquet" for k in range(shards)]
+    if jobs:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            jobs_ = [(root, format, seed, k, int(bounds[k]), int(bounds[k + 1] - bounds[k]), paths[k])
+                     for k in range(shards)]
+            written = list(pool.map(_seeded_shard, jobs_))
+    else:
+        maker = ConversationMaker(seed)
+        kinds = _kinds(maker.rng, conversations)
+        written = [_write_shard(root, schema, columns_of, maker, kinds[bounds[k]:bounds[k + 1]], int(bounds[k]),
+                                paths[k]) for k in range(shards)]
+    chars, size = sum(c for c, _ in written), sum(b for _, b in written)
     done.write_text(json.dumps({"conversations": conversations, "shards": shards, "characters": chars,
-                                "bytes": size, "seed": seed, "generator": GENERATOR_VERSION, "format": format}))
+                                "bytes": size, "seed": seed, "generator": GENERATOR_VERSION, "format": format,
+                                "per_shard_seeds": bool(jobs)}))
     return CorpusInfo(root, conversations, shards, chars, size)
 
 
-def corpus_dir(cache: Path, conversations: int, seed: int, format: str = "messages") -> Path:
-    key = hashlib.sha256(f"{GENERATOR_VERSION}:{conversations}:{seed}".encode()).hexdigest()[:12]
-    return cache / f"corpus-{conversations}-s{seed}-{key}" / ("" if format == "messages" else format)
+def corpus_dir(cache: Path, conversations: int, seed: int, format: str = "messages", per_shard: bool = False) -> Path:
+    key = hashlib.sha256(f"{GENERATOR_VERSION}:{conversations}:{seed}{':per-shard' if per_shard else ''}".encode()
+                         ).hexdigest()[:12]
+    name = f"corpus-{conversations}-s{seed}{'-p' if per_shard else ''}-{key}"
+    return cache / name / ("" if format == "messages" else format)

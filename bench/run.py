@@ -17,7 +17,10 @@ a process of its own (bench/workers.py) so that peak RSS is per path:
 
 (c) runs first; (a) and (b) then process exactly the conversations it read (its manifest's
 counts.conversations_read, in its permutation order). `--scaling` instead builds twice, from the
-corpus and from one 4x larger with 4x the rows, and reports the ratio of peak RSS.
+corpus and from one 4x larger with 4x the rows, and reports the ratio of peak RSS. `--curve` builds
+once per --workers count (1, 2, 4, ... up to the cores, and the default) against the job's limit
+measured in the same run (one read of the source + the floor on what the job reads), and measures
+the driver's ceiling (pack, hash, write alone, tokens/s).
 Exit status is 0 whatever the figures, unless --strict and a target fails. See bench/README.md.
 """
 
@@ -67,7 +70,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=42, help="build permutation seed")
     parser.add_argument("--corpus-seed", type=int, default=20261001)
     parser.add_argument("--batch-size", type=int, default=256, help="databuild --batch-size, and the floor's batch")
-    parser.add_argument("--workers", type=int, default=1, help="databuild --workers for path (c) (default 1)")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="databuild --workers for path (c) (default 1; 0: databuild's own default)")
     parser.add_argument("--databuild", type=Path, default=None,
                         help="measure the databuild package under this directory (a patched copy) in path (c)")
     parser.add_argument("--window", type=int, default=None,
@@ -81,6 +85,20 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--packing-window", type=int, default=None,
                         help="packing_window of (d)'s config (default: databuild's DEFAULT_PACKING_WINDOW)")
     parser.add_argument("--scaling", action="store_true", help="memory scaling: 1x and 4x source and rows, path (c)")
+    parser.add_argument("--curve", action="store_true",
+                        help="cores: the job at each --curve-workers count against its limit, and the driver's ceiling")
+    parser.add_argument("--curve-workers", default=None,
+                        help="comma-separated --workers counts for --curve (default 1, 2, 4, ... up to the cores, "
+                             "and databuild's default)")
+    parser.add_argument("--big-rows", type=int, default=None,
+                        help="--curve: also a job of this many rows at databuild's default --workers, "
+                             "against its own limit")
+    parser.add_argument("--profile", type=Path, default=None,
+                        help="--curve: profile each job's main thread (cProfile) into DIR/job-1x-wN.prof, "
+                             "and print its top")
+    parser.add_argument("--corpus-jobs", type=int, default=None,
+                        help="generate the corpus in this many processes, each shard seeded of its own (another "
+                             "corpus than the serial one; cached apart)")
     parser.add_argument("--repeat", type=int, default=1,
                         help="run (a) and (c) this many times each and keep the fastest (default 1)")
     parser.add_argument("--strict", action="store_true", help="exit 1 if a target fails")
@@ -187,12 +205,14 @@ def estimate_rows(corpus, args, tokenizer: Path, kwargs: dict, tmp: Path) -> int
 
 
 def build(args, corpus, tokenizer: Path, loss_mask: str, kwargs: dict, rows: int, tmp: Path, tag: str,
-          packing: dict | None = None) -> dict:
+          packing: dict | None = None, workers: int | None = None) -> dict:
     name = f"bench-{tag}"
     config = write_config(tmp / f"{name}.yaml", name, corpus.root, tokenizer, loss_mask, kwargs,
                           args.seed, args.row_tokens, rows, packing)
-    job = {"path": "make", "config": str(config), "out": str(tmp / f"out-{tag}"), "workers": args.workers,
-           "batch_size": args.batch_size, "window": args.window}
+    workers = args.workers if workers is None else workers
+    job = {"path": "make", "config": str(config), "out": str(tmp / f"out-{tag}"), "workers": workers or None,
+           "batch_size": args.batch_size, "window": args.window,
+           "profile": str(args.profile / f"job-{tag}.prof") if getattr(args, "profile", None) else None}
     return fastest([run_worker(job, tmp, args.threads, args.databuild) for _ in range(args.repeat)])
 
 
@@ -228,6 +248,8 @@ def source_state(copy: Path | None = None) -> str:
         done = subprocess.run(["git", "-C", str(where), *command], capture_output=True, text=True)
         return done.stdout.strip() if done.returncode == 0 else ""
 
+    if copy is None and not (REPO / ".git").exists():
+        return f"copy at {REPO} (not a git checkout)"
     if copy is not None:
         commit = git(copy, "log", "-1", "--format=%h %s") if (copy / ".git").exists() else ""
         return f"copy at {copy}" + (f" ({commit})" if commit else "")
@@ -346,12 +368,83 @@ def scaling(args, corpus, tokenizer, loss_mask, kwargs, tmp) -> dict:
 
 
 def make_corpus(args, conversations: int):
-    root = corpus_dir(CACHE, conversations, args.corpus_seed)
+    root = corpus_dir(CACHE, conversations, args.corpus_seed, per_shard=bool(args.corpus_jobs))
     fresh = not (root / "corpus.json").exists()
     if fresh:
         print(f"generating {conversations:,} conversations under {root} ...", flush=True)
         shutil.rmtree(root, ignore_errors=True)  # a half-written corpus from an interrupted run
-    return write_corpus(root, conversations, args.corpus_seed)
+    return write_corpus(root, conversations, args.corpus_seed, jobs=args.corpus_jobs)
+
+
+# ---- cores --------------------------------------------------------------------------------------
+
+def worker_counts(spec: str | None, cores: int, default: int) -> list[int]:
+    if spec:
+        return [int(w) for w in spec.split(",")]
+    counts = [1 << k for k in range(cores.bit_length()) if 1 << k <= cores]
+    return sorted(set(counts + [default]))
+
+
+def limit_of(args, corpus, tokenizer, kwargs, tmp, conversations: int, read: dict) -> dict:
+    """The job's limit: one read of the source (`read`) plus the floor, encode_batch on every core,
+    over the conversations the job reads."""
+    floor = run_worker({"path": "floor", "tokenizer": str(tokenizer), "corpus": str(corpus.root), "seed": args.seed,
+                        "conversations": conversations, "template_kwargs": kwargs, "batch_size": args.batch_size},
+                       tmp, args.threads)
+    return {"read_seconds": read["seconds"], "floor_seconds": floor["seconds"], "floor": floor,
+            "seconds": read["seconds"] + floor["seconds"]}
+
+
+def curve(args, corpus, tokenizer, loss_mask, kwargs, tmp) -> dict:
+    sys.path.insert(0, str(args.databuild.resolve() if args.databuild else REPO))
+    from databuild.executors.cores import available_cores, default_workers
+
+    cores, default = available_cores(), default_workers()
+    rows = args.rows or estimate_rows(corpus, args, tokenizer, kwargs, tmp)
+    counts = worker_counts(args.curve_workers, cores, default)
+    print(f"cores: {cores}, databuild's default --workers: {default}; job: {rows} rows x {args.row_tokens}; "
+          f"workers {counts}", flush=True)
+    read = run_worker({"path": "read", "corpus": str(corpus.root)}, tmp, args.threads)
+    print(f"read: {read['seconds']:.2f} s", flush=True)
+    jobs = {}
+    for workers in counts:
+        jobs[workers] = build(args, corpus, tokenizer, loss_mask, kwargs, rows, tmp, f"1x-w{workers}", workers=workers)
+        print(f"job, --workers {workers}: {jobs[workers]['seconds']:.1f} s", flush=True)
+        if args.profile:
+            import pstats
+
+            pstats.Stats(str(args.profile / f"job-1x-w{workers}.prof")).sort_stats("tottime").print_stats(25)
+    conversations = jobs[counts[0]]["conversations"]
+    limit = limit_of(args, corpus, tokenizer, kwargs, tmp, conversations, read)
+    print(f"limit: read {limit['read_seconds']:.2f} s + floor {limit['floor_seconds']:.2f} s", flush=True)
+    config = tmp / f"bench-1x-w{counts[0]}.yaml"
+    driver = run_worker({"path": "driver", "config": str(config), "conversations": conversations,
+                         "batch_size": args.batch_size, "out": str(tmp)}, tmp, args.threads, args.databuild)
+    identical = len({r["rows_sha256"] for r in jobs.values()}) == 1
+    print(f"\n{'--workers':>9}{'wall s':>8}{'CPU':>7}{'tokens/s':>12}{'job/limit':>10}{'peak RSS MiB':>14}")
+    for workers, r in jobs.items():
+        mark = " (default)" if workers == default else ""
+        print(f"{workers:>9}{r['seconds']:>8.1f}{r['cpu_seconds'] / r['seconds']:>7.0%}{rate(r):>12,.0f}"
+              f"{r['seconds'] / limit['seconds']:>10.2f}{rss(r):>14,.0f}  {r['phases']}{mark}")
+    print(f"limit {limit['seconds']:.1f} s = read {limit['read_seconds']:.2f} s + floor {limit['floor_seconds']:.2f} s "
+          f"({conversations:,} conversations, {limit['floor']['tokens']:,} tokens); rows_sha256 "
+          f"{'identical' if identical else 'DIFFER'} across worker counts")
+    print(f"driver ceiling (pack + hash + write alone): {rate(driver):,.0f} tokens/s "
+          f"({driver['seconds']:.2f} s for {driver['tokens']:,} tokens); the stream read back to Python alone: "
+          f"{driver['stream_tokens'] / driver['read_seconds']:,.0f} tokens/s", flush=True)
+    report = {"mode": "curve", "rows": rows, "cores": cores, "default_workers": default, "limit": limit,
+              "jobs": {str(w): r for w, r in jobs.items()}, "driver": driver, "rows_sha256_identical": identical,
+              "ratios": {f"job/limit w{w}": r["seconds"] / limit["seconds"] for w, r in jobs.items()}}
+    if args.big_rows:
+        big = build(args, corpus, tokenizer, loss_mask, kwargs, args.big_rows, tmp, "big", workers=default)
+        big_limit = limit_of(args, corpus, tokenizer, kwargs, tmp, big["conversations"], read)
+        report.update(big=big, big_limit=big_limit)
+        report["ratios"]["big job/limit"] = big["seconds"] / big_limit["seconds"]
+        print(f"big job: {args.big_rows} rows, --workers {default}: {big['seconds']:.1f} s against a limit of "
+              f"{big_limit['seconds']:.1f} s (read {big_limit['read_seconds']:.2f} + floor "
+              f"{big_limit['floor_seconds']:.2f}): {big['seconds'] / big_limit['seconds']:.2f}x", flush=True)
+    report["verdicts"] = {}
+    return report
 
 
 def main(argv=None) -> int:
@@ -369,7 +462,7 @@ def main(argv=None) -> int:
               "in every path, and (a) is no longer the 2-core floor.", flush=True)
     tmp = Path(tempfile.mkdtemp(prefix="databuild-bench-"))
     try:
-        mode = scaling if args.scaling else throughput
+        mode = curve if args.curve else scaling if args.scaling else throughput
         report = mode(args, corpus, tokenizer, loss_mask, kwargs, tmp)
     finally:
         if args.keep:

@@ -8,7 +8,11 @@ JSON to job["result"], and times only what its path is about:
 - floor: the tokenizer's batch encode of already-rendered text, nothing else;
 - peer:  transformers' apply_chat_template(tokenize=True, return_assistant_tokens_mask=True), one
          conversation at a time, as TRL-style trainers prepare SFT data;
-- make:  databuild.build.make end to end (read, permute, render, tokenize, mask, pack, hash, write).
+- make:  databuild.build.make end to end (read, permute, render, tokenize, mask, pack, hash, write);
+- read:  one read of the whole source (every file, the columns a build reads), on every core: the
+         source's share of the job's limit;
+- driver: the driver's per-token work alone (pack, hash, write) over a stream tokenized beforehand:
+         the ceiling, in tokens/s, of any executor, however many workers feed it.
 """
 
 from __future__ import annotations
@@ -269,18 +273,30 @@ def run_make(job: dict) -> dict:
     from transformers import AutoTokenizer  # noqa: F401
 
     import databuild
+    import databuild.build
     from databuild.build import make
     from databuild.config import load_config
 
+    phases = _timed(databuild.build, ("pin", "prepare", "check_unchanged"))
+    waits = _waits()
     config = load_config(job["config"])
-    tree = TreePeak() if job["workers"] > 1 else None
+    tree = TreePeak() if (job["workers"] or 2) > 1 else None
     if tree:
         tree.start()
     with Load() as load:
         started = time.perf_counter()
         window = {"window": job["window"]} if job.get("window") else {}
-        result = make(config, Path(job["out"]), offline=True, workers=job["workers"],
-                      batch_size=job["batch_size"], progress=False, **window)
+        if job.get("profile"):  # the driver's main thread only
+            import cProfile
+
+            profiler = cProfile.Profile()
+            result = profiler.runcall(make, config, Path(job["out"]), offline=True, workers=job["workers"],
+                                      batch_size=job["batch_size"], progress=False, force=True, **window)
+            profiler.dump_stats(job["profile"])
+        else:
+            # force: a repeat builds into the same directory, where the first run's build is up to date
+            result = make(config, Path(job["out"]), offline=True, workers=job["workers"],
+                          batch_size=job["batch_size"], progress=False, force=True, **window)
         seconds = time.perf_counter() - started
     output, counts = result.data["output"], result.data["counts"]
     # concat cuts a conversation at each row boundary it straddles: the first segment of a continued row
@@ -293,10 +309,99 @@ def run_make(job: dict) -> dict:
             "rows_skipped": counts["rows_skipped"]["no_supervised_token"],
             "rows_sha256": output["rows_sha256"], "parquet_bytes": output["parquet_bytes"],
             "databuild": str(Path(databuild.__file__).parent),
+            "phases": {k: round(v, 3) for k, v in {**phases, **waits}.items()},
             "tree_peak_rss_mib": tree.stop() if tree else None, **load.figures}
 
 
-PATHS = {"size": run_size, "floor": run_floor, "peer": run_peer, "make": run_make}
+def _timed(module, names: tuple[str, ...]) -> dict[str, float]:
+    """Wall seconds spent in each of module's functions `names` (the build's serial phases), summed."""
+    spent = dict.fromkeys(names, 0.0)
+
+    def wrap(name, function):
+        def timed(*args, **kwargs):
+            started = time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                spent[name] += time.perf_counter() - started
+        return timed
+
+    for name in names:
+        setattr(module, name, wrap(name, getattr(module, name)))
+    return spent
+
+
+def _waits() -> dict[str, float]:
+    """Wall seconds the driver's threads spend blocked on futures: on the encode workers' results
+    (little: the workers are the bottleneck; much: the driver is) and on the background writer."""
+    from concurrent.futures import Future
+
+    spent = {"waiting for workers": 0.0, "waiting for the writer": 0.0, "waiting for the tokenizer threads": 0.0}
+    result = Future.result
+
+    def timed(self, timeout=None):
+        started = time.perf_counter()
+        value = result(self, timeout)
+        kind = "workers" if isinstance(value, tuple) else "the tokenizer threads" if isinstance(value, list) else \
+            "the writer"  # results of a worker / of encode_batch in this process / of write_table
+        spent[f"waiting for {kind}"] += time.perf_counter() - started
+        return value
+
+    Future.result = timed
+    return spent
+
+
+def run_read(job: dict) -> dict:
+    """Every file of the source decoded once, the files at once on one thread per core (pyarrow
+    releases the GIL): as fast as the source can be read, whatever a build then does with it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from databuild.executors.cores import available_cores
+
+    paths = sorted((Path(job["corpus"]) / "data").glob("train-*.parquet"))
+    with Load() as load:
+        started = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=min(len(paths), available_cores())) as pool:
+            rows = sum(pool.map(lambda p: pq.read_table(p, columns=["id", "messages", "source"]).num_rows, paths))
+        seconds = time.perf_counter() - started
+    return {"conversations": rows, "tokens": 0, "seconds": seconds, **load.figures}
+
+
+def run_driver(job: dict) -> dict:
+    """The job's stream tokenized first (not timed), then only what the driver does per token, as a
+    build does it: pack into rows, hash them, write the parquet (background writer, fsync)."""
+    import tempfile
+    from itertools import islice
+
+    from databuild.build import prepare
+    from databuild.config import load_config
+    from databuild.executors.local import encode_stream
+    from databuild.pack.policy import pack
+    from databuild.pack.rows import PackStats
+    from databuild.rowfile.hashes import RowsHasher, SegmentsHasher
+    from databuild.rowfile.write import write_rows
+    from databuild.sources.bad import buildable
+
+    config = load_config(job["config"])
+    with prepare(config, offline=True) as prepared:
+        started = time.perf_counter()
+        conversations = list(islice(prepared.conversations(), job["conversations"]))
+        read_seconds = time.perf_counter() - started  # the buckets back to Python: also the driver's
+        stream = list(encode_stream(conversations, prepared.encoder, job["batch_size"], 1))
+    del conversations
+    tokens = sum(len(t.input_ids) for t in stream)
+    with Load() as load, tempfile.TemporaryDirectory(dir=job.get("out")) as out:
+        started = time.perf_counter()
+        kept = buildable(iter(stream), config.on_bad_conversation, list(prepared.inputs.source_files), [])
+        rows = islice(pack(kept, prepared.packing, PackStats()), config.rows)
+        written = write_rows(rows, Path(out) / "rows.parquet", config.row_tokens, RowsHasher(), SegmentsHasher())
+        seconds = time.perf_counter() - started
+    return {"conversations": len(stream), "tokens": written * config.row_tokens, "stream_tokens": tokens,
+            "seconds": seconds, "read_seconds": read_seconds, **load.figures}
+
+
+PATHS = {"size": run_size, "floor": run_floor, "peer": run_peer, "make": run_make, "read": run_read,
+         "driver": run_driver}
 
 
 def main(job_file: str) -> None:

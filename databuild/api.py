@@ -34,7 +34,7 @@ def _one_exception(function: Callable[..., Result]) -> Callable[..., Result]:
 
 
 @_one_exception
-def make(config: str | Path, out_dir: str | Path = "build", *, offline: bool = False, workers: int = 1,
+def make(config: str | Path, out_dir: str | Path = "build", *, offline: bool = False, workers: int | None = None,
          batch_size: int = 256, executor: str = "local", ray_address: str | None = None,
          progress: bool | None = False) -> BuildResult:
     """Build the rows of `config` (a config name, as `databuild list` shows, or a YAML path) into

@@ -26,7 +26,7 @@ from tqdm import tqdm
 from .config import BuildConfig
 from .encode.encoder import Encoder
 from .encode.ends import generation_stops, probe
-from .executors import encode_stream_on
+from .executors import Encoding, encoding_on
 from .errors import BuildError
 from .rowfile.hashes import RowsHasher, SegmentsHasher
 from .inputs.pins import check_unchanged, file_sha256
@@ -151,10 +151,11 @@ def prepare(config: BuildConfig, offline: bool = False, window: int = DEFAULT_WI
     return Prepared(config, inputs, pinned.packing, malformed, pinned.encoder, spill, spill_dir)
 
 
-def make(config: BuildConfig, out_dir: Path, *, force: bool = False, offline: bool = False, workers: int = 1,
+def make(config: BuildConfig, out_dir: Path, *, force: bool = False, offline: bool = False, workers: int | None = None,
          batch_size: int = DEFAULT_BATCH, window: int = DEFAULT_WINDOW, spill_prefix: int | None = None,
          progress: bool | None = None, executor: str = "local", ray_address: str | None = None) -> BuildResult:
-    """Build config into out_dir/NAME.parquet, unless the build there is up to date (`force`: build anyway)."""
+    """Build config into out_dir/NAME.parquet, unless the build there is up to date (`force`: build anyway).
+    `workers` None: the machine's default (executors/cores.py)."""
     started = time.perf_counter()
     final = Path(out_dir) / f"{config.name}.parquet"
     remove_stale_spill_folders()  # a killed build's, whether or not this one builds
@@ -169,8 +170,10 @@ def make(config: BuildConfig, out_dir: Path, *, force: bool = False, offline: bo
         reason = "--force given" if force else stale_reason(final, expected)
         if reason is None:  # another process built it while this one waited
             return replace(_current(final, started), waited=waited)
-        with prepare(config, offline, window, spill_prefix, pinned) as prepared:
-            result = _make(prepared, final, workers, batch_size, progress, executor, ray_address, started)
+        # The encode workers start first, so that they start while the source is read.
+        with encoding_on(executor, pinned.encoder, workers, ray_address) as encode, \
+                prepare(config, offline, window, spill_prefix, pinned) as prepared:
+            result = _make(prepared, final, encode, batch_size, progress, started)
     return replace(result, built=reason, waited=waited)
 
 
@@ -205,13 +208,13 @@ def _current(final: Path, started: float) -> BuildResult:
     return BuildResult(final, manifest_file, read_manifest(manifest_file), time.perf_counter() - started)
 
 
-def _make(prepared: Prepared, final: Path, workers: int, batch_size: int, progress: bool | None,
-          executor: str, ray_address: str | None, started: float) -> BuildResult:
-    config, inputs, encoder = prepared.config, prepared.inputs, prepared.encoder
+def _make(prepared: Prepared, final: Path, encode: Encoding, batch_size: int, progress: bool | None,
+          started: float) -> BuildResult:
+    config, inputs = prepared.config, prepared.inputs
     partial = partial_path(final)
     stats, skipped, hasher, segments = PackStats(), [], RowsHasher(), SegmentsHasher()
     conversations = prepared.conversations()
-    stream = encode_stream_on(executor, conversations, encoder, batch_size, workers, ray_address)
+    stream = encode(conversations, batch_size)
     with closing(stream) as tokenized:
         kept = buildable(tokenized, config.on_bad_conversation, list(inputs.source_files), skipped)
         rows = islice(pack(kept, prepared.packing, stats), config.rows)

@@ -81,8 +81,10 @@ def _overrides(config, dataset_dir, tokenizer_dir):
                    "source only (a mixture sets each source's 'dir' in the config).")
 @click.option("--tokenizer-dir", type=click.Path(file_okay=False, path_type=Path),
               help="A local copy of the tokenizer files in place of the hub; checked against the pins.")
-@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Processes that render and tokenize; the output does not depend on it.")
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="Processes that render and tokenize, the cores shared out between them and the tokenizer's "
+                   "threads; the output does not depend on it. Default: 1 below 8 cores, else one per 4 cores "
+                   "(ray: 1).")
 @click.option("--batch-size", type=click.IntRange(min=1), default=256, show_default=True,
               help="Conversations per tokenizer batch; the output does not depend on it.")
 @click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,

@@ -138,7 +138,8 @@ def own_source(tmp_path):
 
 
 @pytest.mark.parametrize("what, message", [
-    ("changed", r"the source file changed while the build read it \(sha256 [0-9a-f]{64} when it began, "),
+    ("grown", r"the source file changed while the build read it \(\d+ bytes when it began, \d+ now\)"),
+    ("rewritten", r"the source file changed while the build read it \(sha256 [0-9a-f]{64} when it began, "),
     ("deleted", "the source file was deleted while the build read it")])
 def test_a_source_changed_or_deleted_while_the_build_reads_it_is_refused(tiny_build, previous, own_source,
                                                                        monkeypatch, what, message):
@@ -148,8 +149,13 @@ def test_a_source_changed_or_deleted_while_the_build_reads_it_is_refused(tiny_bu
     def finish(self, *args):
         calls["n"] += 1
         if calls["n"] == 2:  # mid-stream, after the source was hashed, checked and spilled
-            if what == "changed":
+            if what == "grown":
                 target.write_bytes(target.read_bytes() + b"\0")
+            elif what == "rewritten":  # same size, same mtime: only the bytes tell
+                stat, data = target.stat(), bytearray(target.read_bytes())
+                data[len(data) // 2] ^= 0xFF
+                target.write_bytes(bytes(data))
+                os.utime(target, ns=(stat.st_atime_ns, stat.st_mtime_ns))
             else:
                 target.unlink()
         return original(self, *args)

@@ -87,3 +87,50 @@ def test_the_tiny_build_needs_one_pass(tiny_config, tiny_build):
     with prepare(tiny_config, offline=True, window=7) as prepared:  # small buckets: the prefix is not all
         assert read <= prepared.spill.spilled < 300
         assert sum(1 for _ in islice(prepared.conversations(), read)) == read and prepared.spill.passes == 1
+
+
+@pytest.fixture(scope="module")
+def small_groups(tmp_path_factory, source_rows):
+    """The fixture source rewritten as two files of row groups of 7 rows, one row made malformed (an
+    unknown role): a pass has many parts to read at once, and a finding to report in source order."""
+    import pyarrow as pa
+
+    root = tmp_path_factory.mktemp("groups")
+    (root / "data").mkdir()
+    table = pa.concat_tables([pq.read_table(f.path) for f in source_files(SOURCE_DIR, "train", FORMATS["messages"],
+                                                                          "fixture")])
+    rows = table.to_pylist()
+    rows[100]["messages"] = [{"content": "hi", "role": "narrator"}]
+    table = pa.Table.from_pylist(rows, schema=table.schema)
+    half = table.num_rows // 2
+    for k, part in enumerate((table.slice(0, half), table.slice(half))):
+        pq.write_table(part, root / "data" / f"train-{k:05d}-of-00002.parquet", row_group_size=7)
+    return source_files(root, "train", FORMATS["messages"], "groups")
+
+
+@pytest.mark.parametrize("threads", [1, 2, 5, 64])
+def test_the_pass_in_parts_on_threads_gives_the_same_stream_and_findings(small_groups, tmp_path, threads):
+    """However many threads read the parts (runs of row groups, finishing in any order, writing the
+    same bucket files), the stream and the malformed rows found are those of one thread, in order."""
+    rows = sum(f.rows for f in small_groups)
+    order = np.random.default_rng(7).permutation(rows)
+    spill = Spill(small_groups, np.argsort(order), 16, tmp_path, threads=threads)
+    found = spill.check_and_spill(rows)
+    assert [(bad.index, bad.problem.reason) for bad in found] == [(100, "message 0: unknown role 'narrator' "
+                                                                        "(expected one of system, developer, "
+                                                                        "user, assistant)")]
+    stream = list(spill.conversations())
+    assert [c.index for c in stream] == order.tolist()
+    assert spill.passes == 1
+
+
+def test_parts_are_whole_row_groups_in_source_order(small_groups):
+    from databuild.sources.spill import _parts
+
+    for count in (1, 3, 40, 1000):
+        parts = _parts(small_groups, count)
+        covered = [(f.name, g) for f, groups in parts for g in groups]
+        every = [(f.name, g) for f in small_groups for g in range(pq.ParquetFile(f.path).metadata.num_row_groups)]
+        assert covered == every  # each group once, in order
+    assert len(_parts(small_groups, 1)) == 2  # at least a part per file
+    assert len(_parts(small_groups, 1000)) == len(every)  # at most a part per group

@@ -1,6 +1,12 @@
 """The local executor: the encode step in this process, overlapped with its tokenizer's Rust threads,
 or in a pool of worker processes; results in batch order either way.
 
+The cores are shared on purpose (executors/cores.py): one process uses the tokenizer's threads on
+every core; W processes get cores // W threads each (RAYON_NUM_THREADS, set in their environment
+before the tokenizer's thread pool starts), so that W processes never leave cores idle (one thread
+each) nor run W pools as wide as the machine. Each worker overlaps its own tokenizer threads and
+its Python (WORKER_PARTS), as one process does.
+
 `in_order` and `batches` are what every executor shares: the stream cut into batches, and the
 results taken back in submission order with a bounded number in flight.
 """
@@ -9,14 +15,20 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import pickle
 import signal
+import threading
 from collections import deque
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from dataclasses import fields
 from itertools import islice
 from typing import Callable, Iterable, Iterator
 
+import numpy as np
+
 from ..encode.encoder import Encoder, TokenizedConversation
 from ..sources.reader import Conversation
+from .cores import threads_per_worker
 
 
 def batches(items: Iterable[Conversation], size: int) -> Iterator[list[Conversation]]:
@@ -54,39 +66,112 @@ def _overlapped(conversations: Iterable[Conversation], encoder: Encoder,
         yield from in_order(batches(conversations, batch_size), submit, result, 2)
 
 
+THREAD_VARIABLES = ("RAYON_NUM_THREADS", "TOKENIZERS_PARALLELISM")
+# A worker's batch is encoded in this many parts, overlapped as in one process: the worker's tokenizer
+# threads tokenize part k+1 while its Python masks part k, so they do not wait for each other.
+WORKER_PARTS = 4
 _worker_encoder: Encoder | None = None  # in a worker process: the one the pool was started with
 
 
-def _start_worker(encoder: Encoder) -> None:
+def _start_worker(encoder: bytes) -> None:
     global _worker_encoder
-    _worker_encoder = encoder
+    _worker_encoder = pickle.loads(encoder)
     # Ctrl-C reaches the whole process group: a worker ends at once and silently, as on SIGTERM (no
     # traceback of its own); the parent cleans up and says in one line what was stopped.
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def _encode_in_worker(batch: list[Conversation]) -> list[TokenizedConversation]:
-    return _worker_encoder.encode_batch(batch)
+def _ready() -> None:
+    """A worker's first call: returns once the worker has started (imports done, encoder received)."""
+
+
+def _encode_in_worker(batch: list[Conversation]) -> tuple:
+    return to_columns(list(_overlapped(batch, _worker_encoder, max(1, -(-len(batch) // WORKER_PARTS)))))
+
+
+_ARRAYS = ("input_ids", "loss_mask")
+_SCALARS = tuple(f.name for f in fields(TokenizedConversation) if f.name not in _ARRAYS)
+
+
+def to_columns(results: list[TokenizedConversation]) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[tuple]]:
+    """A batch's results as what crosses from a worker to the driver: the lengths, every token id and
+    every mask value in one array each, and the other fields as tuples. The driver unpickles two
+    buffers a batch rather than two arrays a conversation (its time is the ceiling of the build)."""
+    lengths = np.fromiter((len(r.input_ids) for r in results), dtype=np.int64, count=len(results))
+    ids = np.concatenate([r.input_ids for r in results] or [np.zeros(0, dtype=np.int32)])
+    mask = np.concatenate([r.loss_mask for r in results] or [np.zeros(0, dtype=np.int8)])
+    return lengths, ids, mask, [tuple(getattr(r, name) for name in _SCALARS) for r in results]
+
+
+def from_columns(columns: tuple) -> list[TokenizedConversation]:
+    """The results of `to_columns` again, each conversation's arrays a view of the batch's."""
+    lengths, ids, mask, scalars = columns
+    ends = np.cumsum(lengths).tolist()
+    return [TokenizedConversation(**dict(zip(_SCALARS, values)), input_ids=ids[low:high], loss_mask=mask[low:high])
+            for values, low, high in zip(scalars, [0] + ends[:-1], ends)]
+
+
+class LocalEncoding:
+    """The encode step on this machine for one build, as a context: with `workers` > 1, a pool of
+    worker processes started on entry, from a thread of its own, so that they start, import and
+    receive the encoder while the driver reads the source; shut down on exit. With 1, this process.
+
+    The encoder goes to the workers as pickled bytes, unpickled by each worker's initializer: a
+    spawned child reads what its parent writes only once it has unpickled it, so an encoder passed
+    as itself (whose unpickling imports transformers) would make the parent wait for each child's
+    imports in turn."""
+
+    def __init__(self, encoder: Encoder, workers: int = 1):
+        self.encoder, self.workers, self.pool = encoder, max(1, workers), None
+        self.saved: dict[str, str | None] = {}
+        self.starting: threading.Thread | None = None
+
+    def __enter__(self) -> LocalEncoding:
+        if self.workers == 1:
+            return self
+        threads = threads_per_worker(self.workers)
+        self.saved = {name: os.environ.get(name) for name in THREAD_VARIABLES}
+        # Children inherit these at spawn; the tokenizer reads them when its thread pool starts.
+        os.environ.update(RAYON_NUM_THREADS=str(threads), TOKENIZERS_PARALLELISM="true" if threads > 1 else "false")
+        try:
+            # spawn, not fork: the tokenizer's Rust thread pool does not survive a fork. The encoder
+            # (tokenizer included) goes to each worker once, not with every batch.
+            self.pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=multiprocessing.get_context("spawn"),
+                                            initializer=_start_worker, initargs=(pickle.dumps(self.encoder),))
+            # One call each starts them all now, not at the first batches, and not on this thread.
+            self.starting = threading.Thread(target=lambda: [self.pool.submit(_ready) for _ in range(self.workers)],
+                                             name="databuild-start-workers", daemon=True)
+            self.starting.start()
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def stream(self, conversations: Iterable[Conversation], batch_size: int) -> Iterator[TokenizedConversation]:
+        """Tokenized conversations in input order; at most 2*workers batches in flight (bounded memory)."""
+        if self.pool is None:
+            return _overlapped(conversations, self.encoder, batch_size)
+        self.starting.join()
+        return in_order(batches(conversations, batch_size), lambda b: self.pool.submit(_encode_in_worker, b),
+                        lambda future: from_columns(future.result()), 2 * self.workers)
+
+    def __exit__(self, *exc) -> None:
+        if self.starting is not None:
+            self.starting.join()
+            self.starting = None
+        if self.pool is not None:
+            self.pool.shutdown(cancel_futures=True)
+            self.pool = None
+        for name, value in self.saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        self.saved = {}
 
 
 def encode_stream(conversations: Iterable[Conversation], encoder: Encoder, batch_size: int,
                   workers: int = 1) -> Iterator[TokenizedConversation]:
     """Tokenized conversations in input order. At most 2*workers batches are in flight (bounded memory)."""
-    if workers <= 1:
-        yield from _overlapped(conversations, encoder, batch_size)
-        return
-    # spawn, not fork: the tokenizer's Rust thread pool does not survive a fork.
-    context = multiprocessing.get_context("spawn")
-    env_threads = os.environ.get("RAYON_NUM_THREADS")
-    os.environ["RAYON_NUM_THREADS"] = "1"  # one process per core; children inherit this at spawn
-    try:
-        # The encoder (tokenizer included) goes to each worker once, not with every batch.
-        with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_start_worker,
-                                 initargs=(encoder,)) as pool:
-            yield from in_order(batches(conversations, batch_size), lambda b: pool.submit(_encode_in_worker, b),
-                                lambda future: future.result(), 2 * workers)
-    finally:
-        if env_threads is None:
-            os.environ.pop("RAYON_NUM_THREADS", None)
-        else:
-            os.environ["RAYON_NUM_THREADS"] = env_threads
+    with LocalEncoding(encoder, workers) as local:
+        yield from local.stream(conversations, batch_size)

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import hashlib
 import re
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import BuildError
+from ..executors.cores import available_cores
 from ..sources.reader import SourceFile
 
 FILE_CHUNK = 1 << 20
@@ -42,12 +44,16 @@ def file_sha256(path: Path, progress: Callable[[int], Any] | None = None) -> tup
 
 
 def hash_files(paths: list[Path], desc: str) -> list[tuple[str, int]]:
-    """(sha256, bytes) of each file, with a progress bar over their bytes (on a terminal only)."""
+    """(sha256, bytes) of each file, in the order given, the files hashed at once on threads, one per
+    core (hashlib releases the GIL), with a progress bar over their bytes (on a terminal only)."""
     from tqdm import tqdm
 
     with tqdm(total=sum(p.stat().st_size for p in paths), desc=desc, unit="B", unit_scale=True,
               disable=None, leave=False) as bar:
-        return [file_sha256(path, bar.update) for path in paths]
+        if len(paths) <= 1:
+            return [file_sha256(path, bar.update) for path in paths]
+        with ThreadPoolExecutor(max_workers=min(len(paths), available_cores())) as pool:
+            return list(pool.map(lambda path: file_sha256(path, bar.update), paths))
 
 
 def check_tokenizer_pins(directory: Path, pins: tuple[tuple[str, str], ...], where: str,
@@ -103,13 +109,20 @@ def check_shards(files: list[SourceFile], split: str, where: str) -> None:
 
 def check_unchanged(inputs) -> None:
     """The source files hash as they did when the build began: a file changed, replaced or deleted
-    while the build read it is refused, so no build publishes rows of two versions of its input."""
-    for file in inputs.source_files:
+    while the build read it is refused, so no build publishes rows of two versions of its input.
+
+    Every byte is read again (a size and mtime comparison alone would miss a rewrite that keeps
+    both, or an mtime set back); a file whose size differs is refused before any is hashed, and the
+    files are hashed in parallel, so on a many-core node the check costs about the largest file."""
+    pinned = [(size, digest) for source in inputs.sources for _, size, digest in source.hashes]
+    for file, (size, _) in zip(inputs.source_files, pinned):
         if not file.path.is_file():
             raise BuildError(f"{file.name}: the source file was deleted while the build read it; nothing published")
+        if file.path.stat().st_size != size:
+            raise BuildError(f"{file.name}: the source file changed while the build read it ({size} bytes when "
+                             f"it began, {file.path.stat().st_size} now); nothing published, run make again")
     now = hash_files([f.path for f in inputs.source_files], "re-hashing the source")
-    pinned = [digest for source in inputs.sources for _, _, digest in source.hashes]
-    for file, digest, (found, _) in zip(inputs.source_files, pinned, now):
+    for file, (_, digest), (found, _) in zip(inputs.source_files, pinned, now):
         if found != digest:
             raise BuildError(f"{file.name}: the source file changed while the build read it (sha256 {digest} when "
                              f"it began, {found} now); nothing published, run make again")

@@ -94,15 +94,19 @@ def _message_bytes(metadata: pq.FileMetaData, columns: tuple[str, ...]) -> int:
                if group.column(j).path_in_schema.split(".")[0] in columns)
 
 
-def iter_batches(file: SourceFile) -> Iterator[tuple[int, pa.RecordBatch, dict[int, str]]]:
+def iter_batches(file: SourceFile, groups: range | None = None) -> Iterator[tuple[int, pa.RecordBatch, dict[int, str]]]:
     """(index of the batch's first row, batch, rows the format refuses), streaming, every batch in
     SOURCE_SCHEMA whatever the file's format and flavour of strings, lists and struct field order, so
-    that rows of different files and sources can share a bucket file."""
+    that rows of different files and sources can share a bucket file. `groups`: only those row groups
+    of the file (all of them by default), so that parts of one file can be read at once."""
     offset = file.first_index
     try:
         parquet = pq.ParquetFile(file.path)
+        if groups is None:
+            groups = range(parquet.metadata.num_row_groups)
+        offset += sum(parquet.metadata.row_group(g).num_rows for g in range(groups.start))
         columns = file.adapter.read_columns(parquet.schema_arrow)
-        for batch in parquet.iter_batches(batch_size=READ_BATCH_ROWS, columns=columns):
+        for batch in parquet.iter_batches(batch_size=READ_BATCH_ROWS, row_groups=groups, columns=columns):
             yield offset, *file.adapter.normalise(batch, file, offset)
             offset += batch.num_rows
     except (OSError, pa.ArrowException) as exc:

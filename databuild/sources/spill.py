@@ -5,7 +5,10 @@ file of that position (bucket k holds positions [k*window, (k+1)*window)), Arrow
 directory; the stream reads the buckets back in order, one in memory at a time, sorted within.
 
 The first pass also checks every row of the mixed source, so a malformed row anywhere is known before
-anything is rendered. It spills only the prefix of the stream the build is expected to read
+anything is rendered. A pass reads the files in parts (runs of row groups) on threads, one per core:
+parquet decoding, the checks, the takes and the IPC writes run in Arrow's C++ without the GIL, and
+each bucket file has a lock of its own, so parts writing different buckets never wait for each
+other. It spills only the prefix of the stream the build is expected to read
 (`expected_prefix`, generous), because a recipe may read a few percent of its source; a stream that
 goes past it gets another pass, which spills as far again (the spilled prefix doubles). The stream
 is the same whatever the prefix, the window, the number of passes or the order files finish in.
@@ -21,6 +24,7 @@ import shutil
 import socket
 import tempfile
 import threading
+from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -29,15 +33,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc  # noqa: F401  (pa.ipc)
+import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from ..errors import BuildError
+from ..executors.cores import available_cores
 from ..sources.bad import BadConversation
 from ..sources.reader import COLUMNS, RECORD_COUNTS, Conversation, SourceFile, check_batch, iter_batches, with_valid_utf8
 
-SPILL_THREADS = 2  # files decoded at once in a pass
 SPILL_PREFIX = "databuild-"
 OWNER_FILE = "owner.json"
+PARTS_PER_THREAD = 4  # parts of the source per thread in a pass: small enough to even out the threads' loads
 # Message bytes per token the first pass provides for: about twice what BPE tokenizers average
 # on English, code and mixed text (~3-4). Falling short costs a pass, never a different row.
 BYTES_PER_TOKEN_BOUND = 8
@@ -62,8 +68,9 @@ class Spill:
     row the stream does not hold (sources.mixture.stream_positions)."""
 
     def __init__(self, files: Iterable[SourceFile], positions: np.ndarray, window: int, directory: Path,
-                 threads: int = SPILL_THREADS):
-        self.files, self.window, self.directory, self.threads = list(files), window, Path(directory), threads
+                 threads: int | None = None):
+        self.files, self.window, self.directory = list(files), window, Path(directory)
+        self.threads = max(1, threads or available_cores())
         self.positions_of = positions
         self.size = int((positions >= 0).sum())
         self.spilled = 0
@@ -73,7 +80,7 @@ class Spill:
 
     def counts_of(self, files: Iterable[SourceFile]) -> dict[str, int]:
         """RECORD_COUNTS over `files` (a source's), by name."""
-        total = sum((self.record_counts[f.first_index] for f in files), np.zeros(len(RECORD_COUNTS), np.int64))
+        total = sum((self.record_counts.get(f.first_index, 0) for f in files), np.zeros(len(RECORD_COUNTS), np.int64))
         return dict(zip(RECORD_COUNTS, total.tolist()))
 
     def check_and_spill(self, prefix: int) -> list[BadConversation]:
@@ -96,12 +103,15 @@ class Spill:
         # Whole buckets per pass, so that no bucket file is written by two passes.
         start, stop = self.spilled, min(self.size, -(-stop // self.window) * self.window)
         writers: dict[int, pa.ipc.RecordBatchFileWriter] = {}
-        lock, stopping = threading.Lock(), threading.Event()
+        locks: defaultdict[int, threading.Lock] = defaultdict(threading.Lock)  # one per bucket file
+        lock = threading.Lock()  # for `writers`, `locks`, the counts and the bar
+        stopping = threading.Event()
 
-        def one_file(file: SourceFile) -> list[BadConversation]:
+        def one_part(part: tuple[SourceFile, range]) -> list[BadConversation]:
+            file, groups = part
             found: list[BadConversation] = []
             counts = np.zeros(len(RECORD_COUNTS), np.int64)
-            for offset, batch, refused in iter_batches(file):
+            for offset, batch, refused in iter_batches(file, groups):
                 if stopping.is_set():  # the pass failed or was stopped: its folder is about to go
                     break
                 positions = self.positions_of[offset:offset + batch.num_rows]
@@ -111,7 +121,6 @@ class Spill:
                     held = positions >= 0
                     held[[b.index - offset for b in bad]] = False
                     counts += per_row[held].sum(axis=0)
-                batch = with_valid_utf8(batch)  # those rows are malformed; they must still read back
                 rows = np.flatnonzero((positions >= start) & (positions < stop))
                 with lock:
                     bar.update(batch.num_rows)
@@ -120,30 +129,33 @@ class Spill:
                 buckets = positions[rows] // self.window
                 order = np.argsort(buckets, kind="stable")
                 rows, buckets = rows[order], buckets[order]
-                taken = batch.take(pa.array(rows))
+                taken = with_valid_utf8(batch.take(pa.array(rows)))  # malformed rows must still read back
                 grouped = pa.RecordBatch.from_arrays(
                     [taken.column(c) for c in COLUMNS] + [pa.array(positions[rows]), pa.array(rows + offset)],
                     names=COLUMNS + ["position", "index"])
                 cuts = np.flatnonzero(np.diff(buckets)) + 1
-                with lock:
-                    for low, high in zip(np.concatenate([[0], cuts]), np.concatenate([cuts, [len(rows)]])):
-                        bucket = int(buckets[low])
+                for low, high in zip(np.concatenate([[0], cuts]), np.concatenate([cuts, [len(rows)]])):
+                    bucket = int(buckets[low])
+                    with lock:
+                        bucket_lock = locks[bucket]
+                    with bucket_lock:
                         if bucket not in writers:
                             writers[bucket] = pa.ipc.new_file(self._path(bucket), grouped.schema)
                         writers[bucket].write_batch(grouped.slice(low, high - low))
             if check:
-                self.record_counts[file.first_index] = counts
+                with lock:  # a file's parts add up to its counts
+                    self.record_counts[file.first_index] = self.record_counts.get(file.first_index, 0) + counts
             return found
 
-        # Parquet decoding, the checks and the takes run in Arrow's C++ without the GIL.
         # disable=None: a bar on a terminal, nothing in logs and CI
         bar = tqdm(total=self.size, unit="conv", desc="checking and spilling the source" if check else
                    "spilling more of the source", disable=None, leave=False)
         try:
             try:
-                with bar, ThreadPoolExecutor(max_workers=max(1, self.threads)) as pool:
+                with bar, ThreadPoolExecutor(max_workers=self.threads) as pool:
                     try:
-                        found = [m for part in pool.map(one_file, self.files) for m in part]  # source order
+                        parts = _parts(self.files, PARTS_PER_THREAD * self.threads)
+                        found = [m for part in pool.map(one_part, parts) for m in part]  # part order: source order
                     except BaseException:  # SIGTERM included: the threads stop at their next batch
                         stopping.set()
                         raise
@@ -155,6 +167,28 @@ class Spill:
                              "needs free space in $TMPDIR: free some, or point TMPDIR at a larger disk") from None
         self.spilled, self.passes = stop, self.passes + 1
         return found
+
+
+def _parts(files: list[SourceFile], count: int) -> list[tuple[SourceFile, range]]:
+    """The files cut into about `count` parts of whole row groups, in source order: a part is as
+    many consecutive row groups as make up a count-th of the rows (at least one group), so a
+    source of a few large files is read by as many threads as one of many small files."""
+    rows_per_part = max(1, sum(f.rows for f in files) // max(1, count))
+    parts = []
+    for file in files:
+        try:
+            metadata = pq.ParquetFile(file.path).metadata
+        except (OSError, pa.ArrowException) as exc:
+            raise BuildError(f"{file.source}: {file.name}: unreadable after row 0: {exc}") from None
+        first, rows = 0, 0
+        for group in range(metadata.num_row_groups):
+            rows += metadata.row_group(group).num_rows
+            if rows >= rows_per_part:
+                parts.append((file, range(first, group + 1)))
+                first, rows = group + 1, 0
+        if first < metadata.num_row_groups:
+            parts.append((file, range(first, metadata.num_row_groups)))
+    return parts
 
 
 def spill_folder() -> tempfile.TemporaryDirectory:

@@ -1,0 +1,68 @@
+"""How a build shares the cores: the cores counted, the default --workers, the tokenizer's threads per worker."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from databuild.executors import cores
+from databuild.executors.cores import available_cores, default_workers, threads_per_worker
+
+
+@pytest.mark.parametrize("machine, workers", [(1, 1), (2, 1), (4, 1), (7, 1), (8, 2), (16, 4), (17, 4), (64, 16),
+                                              (200, 50)])
+def test_default_workers(machine, workers):
+    assert default_workers(machine) == workers
+
+
+@pytest.mark.parametrize("workers, machine, threads", [(1, 16, 16), (2, 16, 8), (4, 16, 4), (5, 16, 3),
+                                                       (16, 16, 1), (32, 16, 1), (2, 2, 1), (1, 2, 2)])
+def test_threads_per_worker_share_the_cores_out(workers, machine, threads):
+    assert threads_per_worker(workers, machine) == threads
+
+
+def test_cores_are_the_affinity():
+    """A process pinned to one core (taskset, a cpuset) counts one core, whatever the machine has."""
+    code = "import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); " \
+           "from databuild.executors.cores import available_cores; print(available_cores())"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "1"
+    assert available_cores() == len(os.sched_getaffinity(0)) or cores.CGROUP_CPU_MAX.exists()
+
+
+@pytest.mark.parametrize("text, expected", [("max 100000", 8), ("150000 100000", 2), ("50000 100000", 1),
+                                            ("800000 100000", 8), ("garbage", 8)])
+def test_a_cgroup_quota_caps_the_cores(tmp_path, monkeypatch, text, expected):
+    (tmp_path / "cpu.max").write_text(text + "\n")
+    monkeypatch.setattr(cores, "CGROUP_CPU_MAX", tmp_path / "cpu.max")
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)))
+    assert available_cores() == expected
+
+
+def test_results_cross_from_workers_whole(tiny_config):
+    """What a worker sends back (one buffer of ids and one of masks a batch) is every field of every
+    result, bad conversations (no tokens) included, in order."""
+    from itertools import islice
+
+    import numpy as np
+
+    from databuild.build import prepare
+    from databuild.executors.local import from_columns, to_columns
+    from databuild.sources.bad import Problem
+
+    with prepare(tiny_config) as prepared:
+        results = prepared.encoder.encode_batch(list(islice(prepared.conversations(), 9)))
+    bad = results[3].__class__(7, 8, "bad-id", "src", np.zeros(0, np.int32), np.zeros(0, np.int8),
+                               Problem("malformed", "why"))
+    results = results[:3] + [bad] + results[3:]
+    again = from_columns(to_columns(results))
+    assert len(again) == len(results) == 10
+    for a, b in zip(again, results):
+        assert (a.input_ids.dtype, a.loss_mask.dtype) == (np.int32, np.int8)
+        assert a.input_ids.tolist() == b.input_ids.tolist() and a.loss_mask.tolist() == b.loss_mask.tolist()
+        assert (a.position, a.index, a.id, a.source, a.problem, a.empty_assistant_turns) == \
+               (b.position, b.index, b.id, b.source, b.problem, b.empty_assistant_turns)
+    assert from_columns(to_columns([])) == []
