@@ -118,7 +118,7 @@ def test_the_pass_in_parts_on_threads_gives_the_same_stream_and_findings(small_g
     found = spill.check_and_spill(rows)
     assert [(bad.index, bad.problem.reason) for bad in found] == [(100, "message 0: unknown role 'narrator' "
                                                                         "(expected one of system, developer, "
-                                                                        "user, assistant)")]
+                                                                        "user, assistant, tool)")]
     stream = list(spill.conversations())
     assert [c.index for c in stream] == order.tolist()
     assert spill.passes == 1

@@ -34,8 +34,8 @@ PAUSED_MAKE = textwrap.dedent("""
     if pause == "spill":
         batches = spill.iter_batches
 
-        def one_row_at_a_time(file):
-            for offset, batch, refused in batches(file):
+        def one_row_at_a_time(file, groups=None):
+            for offset, batch, refused in batches(file, groups):
                 for k in range(batch.num_rows):
                     marker.write_text("spilling")
                     time.sleep(0.1)
