@@ -70,7 +70,7 @@ def main(argv=None) -> None:
         packing = packing_for(tokenizer, config)
         encoder = Encoder(tokenizer, Renderer.for_tokenizer(tokenizer, config.template_kwargs_dict,
                                                             config.chat_template_name),
-                          config.loss_mask, config.end_of_turn)
+                          config.loss_mask, config.end_of_turn, config.history)
     files = list(inputs.source_files)
     positions = stream_positions(*inputs.selections, sum(f.rows for f in files), config.seed)
     spill_dir = tempfile.TemporaryDirectory(prefix="databuild-stages-")

@@ -79,7 +79,7 @@ def pin(config: BuildConfig, offline: bool = False) -> Pinned:
     tokenizer = load_tokenizer(inputs.tokenizer_dir)
     renderer = Renderer.for_tokenizer(tokenizer, config.template_kwargs_dict, config.chat_template_name)
     renderer.compile()
-    encoder = Encoder(tokenizer, renderer, config.loss_mask, config.end_of_turn)
+    encoder = Encoder(tokenizer, renderer, config.loss_mask, config.end_of_turn, config.history)
     return Pinned(config, inputs, packing_for(tokenizer, config), encoder)
 
 

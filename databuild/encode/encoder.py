@@ -16,10 +16,12 @@ from typing import Iterable
 import numpy as np
 
 from ..errors import BuildError
-from ..encode.masks import STRATEGIES, spans_to_mask
-from ..encode.placement import MaskError, place_fields
+from ..encode.inference import DEFAULT_HISTORY, HistoryRewritten, Sample, StopTokenInField, infer_samples, stop_pattern
+from ..encode.masks import check_final_answers_only, muse_spark_spans, spans_to_mask
+from ..encode.placement import MaskError, fail, place_fields
 from ..encode.render import Renderer
-from ..sources.bad import MASK_ERROR, TEMPLATE_ERROR, Problem, shown_id
+from ..sources.bad import (HISTORY_REWRITTEN, MASK_ERROR, STOP_TOKEN_IN_FIELD, TEMPLATE_ERROR, Problem,
+                           shown_id)
 from ..sources.reader import Conversation
 
 
@@ -36,6 +38,8 @@ class TokenizedConversation:
     loss_mask: np.ndarray  # int8, 1 = target
     problem: Problem | None = None  # when it cannot be built; no tokens then
     empty_assistant_turns: int = 0  # assistant messages whose content is ""
+    part: int = 0  # its sample among those of a conversation expanded by the history policy
+    parts: int = 1  # the conversation's samples: more than one when expanded
 
 
 def switch_off_truncation_and_padding(backend) -> dict:
@@ -61,13 +65,16 @@ def end_of_turn_tokens(tokenizer, configured: Iterable[str], special: set[str]) 
 class Encoder:
     """Render + tokenize + mask for one batch; holds only picklable state for worker processes."""
 
-    def __init__(self, tokenizer, renderer: Renderer, loss_mask: str, end_of_turn: Iterable[str] = ()):
+    def __init__(self, tokenizer, renderer: Renderer, loss_mask: str, end_of_turn: Iterable[str] = (),
+                 history: str = DEFAULT_HISTORY):
         self.renderer = renderer
         self.loss_mask = loss_mask
+        self.history = history
         special = {t.content for t in tokenizer.added_tokens_decoder.values() if t.special}
         # longest first: where one special token is a prefix of another, the longer one is the match
         self.special_tokens = re.compile("|".join(re.escape(t) for t in sorted(special, key=lambda t: (-len(t), t))))
         self.end_of_turn = end_of_turn_tokens(tokenizer, end_of_turn, special)
+        self.stops = stop_pattern(self.end_of_turn)
         self._backend = tokenizer.backend_tokenizer
         self.switched_off = switch_off_truncation_and_padding(self._backend)
 
@@ -103,12 +110,17 @@ class Encoder:
         return self._backend.encode_batch(["" if isinstance(r, Problem) else r[0] for r in rendered],
                                           add_special_tokens=False)
 
-    def spans(self, conversation: Conversation, text: str, generation: list | None) -> list[tuple[int, int]]:
-        """The strategy's spans: a tagged template's own, else from the proven places of the fields."""
+    def samples(self, conversation: Conversation, text: str, generation: list | None) -> list[Sample]:
+        """The strategy's samples: a tagged template's own spans; else, under `assistant`, the turns as
+        inference writes them (encode/inference.py); under `muse_spark`, the proven contents."""
         if generation is not None:
-            return generation
-        placed = place_fields(conversation.messages, conversation.tools, text, self.renderer.render)
-        return STRATEGIES[self.loss_mask](conversation.messages, text, placed, self.special_tokens, self.end_of_turn)
+            return [Sample(text, tuple(generation), ())]
+        messages, render = conversation.messages, self.renderer.render
+        if self.loss_mask == "assistant":
+            return infer_samples(messages, conversation.tools, text, render, self.stops, self.history)
+        check_final_answers_only(messages)
+        placed = place_fields(messages, conversation.tools, text, render)
+        return [Sample(text, tuple(muse_spark_spans(messages, text, placed)), ())]
 
     def finish(self, batch: list[Conversation], rendered: list[Rendered | Problem],
                encodings: list) -> list[TokenizedConversation]:
@@ -117,19 +129,41 @@ class Encoder:
             if isinstance(item, Problem):
                 out.append(_unbuildable(conversation, item))
                 continue
-            ids = np.fromiter(encoding.ids, dtype=np.int32, count=len(encoding))
             try:
-                spans = self.spans(conversation, *item)
+                samples = self.samples(conversation, *item)
+                if len(samples) > 1 or samples[0].text is not item[0]:  # expanded: each sample tokenized alone
+                    encodings_of = self._backend.encode_batch([s.text for s in samples], add_special_tokens=False)
+                else:
+                    encodings_of = [encoding]
+                masks = [self._sample_mask(sample, e) for sample, e in zip(samples, encodings_of)]
             except MaskError as exc:
-                out.append(_unbuildable(conversation, Problem(MASK_ERROR, str(exc))))
+                out.append(_unbuildable(conversation, Problem(_KINDS.get(type(exc), MASK_ERROR), str(exc))))
                 continue
             except MACHINE_LIMITS as exc:
                 raise _machine_limit(conversation, exc) from None
             empty = sum(1 for m in conversation.messages if m.get("role") == "assistant" and m.get("content") == "")
-            out.append(TokenizedConversation(conversation.position, conversation.index, conversation.id,
-                                             conversation.source, ids, spans_to_mask(spans, encoding, len(ids)),
-                                             empty_assistant_turns=empty))
+            for part, (e, mask) in enumerate(zip(encodings_of, masks)):
+                ids = np.fromiter(e.ids, dtype=np.int32, count=len(e))
+                out.append(TokenizedConversation(conversation.position, conversation.index, conversation.id,
+                                                 conversation.source, ids, mask,
+                                                 empty_assistant_turns=0 if part else empty,
+                                                 part=part, parts=len(samples)))
         return out
+
+    def _sample_mask(self, sample: Sample, encoding) -> np.ndarray:
+        """The sample's mask. An inferred turn starts where the model's prompt ends, and the prompt is
+        tokenized alone at inference: its tokens must be the sample's first tokens. Special tokens cut
+        the text into pieces the tokenizer encodes independently, so the prompt's tokens are the
+        sample's up to its last special token, and only the text after it is encoded again."""
+        for start, message in zip((s for s, _ in sample.spans), sample.messages):
+            cut = max((m.end() for m in self.special_tokens.finditer(sample.text, 0, start)), default=0)
+            first, at = encoding.char_to_token(start), encoding.char_to_token(cut) if cut < start else None
+            tail = self._backend.encode(sample.text[cut:start], add_special_tokens=False).ids if cut < start else []
+            if first is None or encoding.token_to_chars(first)[0] != start or \
+                    (at is not None and list(encoding.ids[at:first]) != tail):
+                raise fail(message, "the prompt before its turn, tokenized alone as at inference, is not the start of "
+                                    "the tokens trained on (the prompt's end and the answer's start share a token)")
+        return spans_to_mask(list(sample.spans), encoding, len(encoding))
 
     def encode_batch(self, batch: list[Conversation]) -> list[TokenizedConversation]:
         rendered = self.render(batch)
@@ -144,6 +178,9 @@ MACHINE_LIMITS = (RecursionError, MemoryError)
 def _machine_limit(conversation: Conversation, exc: BaseException) -> BuildError:
     return BuildError(f"conversation {shown_id(conversation.id)} (source row {conversation.index}): rendering it hit a "
                       f"{type(exc).__name__}, a limit of this machine, not of the conversation; nothing was written")
+
+
+_KINDS = {StopTokenInField: STOP_TOKEN_IN_FIELD, HistoryRewritten: HISTORY_REWRITTEN}
 
 
 def _unbuildable(conversation: Conversation, problem: Problem) -> TokenizedConversation:

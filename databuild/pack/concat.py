@@ -24,19 +24,17 @@ if TYPE_CHECKING:
 
 
 class _Segments:
-    """Segment starts (stream offsets) with their conversation's id, source and stream position."""
+    """Segment starts (stream offsets) with their conversation's id and source."""
 
     def __init__(self):
         self.starts: list[int] = []
         self.ids: list[str] = []
         self.sources: list[str] = []
-        self.positions: list[int] = []
 
     def add(self, start: int, conversation: TokenizedConversation) -> None:
         self.starts.append(start)
         self.ids.append(conversation.id)
         self.sources.append(conversation.source)
-        self.positions.append(conversation.position)
 
     def row(self, low: int, high: int) -> tuple[list[int], slice]:
         """Segments of stream range [low, high): the one covering low, then those starting inside."""
@@ -48,7 +46,7 @@ class _Segments:
     def drop_before(self, offset: int) -> None:
         """Forget segments that end before offset, rebasing the rest so offset becomes 0."""
         keep = max(int(np.searchsorted(self.starts, offset, side="right")) - 1, 0)
-        for name in ("ids", "sources", "positions"):
+        for name in ("ids", "sources"):
             setattr(self, name, getattr(self, name)[keep:])
         self.starts = [s - offset for s in self.starts[keep:]]
 
@@ -62,10 +60,9 @@ def pack_rows(conversations: Iterable[TokenizedConversation], packing: Packing, 
     pieces_mask: list[np.ndarray] = []
     pending = 0  # tokens buffered, all of them after the last emitted row
     segments = _Segments()
-    last_counted = -1  # stream position of the last conversation counted: one spanning rows counts once
     previous_last: int | None = None
     for conversation in conversations:
-        stats.conversations_read += 1
+        stats.conversations_read += conversation.part == 0
         if previous_last is not None and previous_last != separator_id:
             pieces_ids.append(separator_ids)
             pieces_mask.append(separator_mask)
@@ -88,8 +85,7 @@ def pack_rows(conversations: Iterable[TokenizedConversation], packing: Packing, 
             starts, which = segments.row(low, low + row_tokens)
             row = Row(ids[low:low + row_tokens], row_mask, np.asarray(starts, dtype=np.int32),
                       tuple(segments.ids[which]), tuple(segments.sources[which]), segments.starts[which.start] < low)
-            stats.count_kept(row, first_new=int(segments.positions[which.start] <= last_counted))
-            last_counted = segments.positions[which.stop - 1]
+            stats.count_kept(row, first_new=int(row.continues))
             yield row
         pieces_ids, pieces_mask = [ids[full:]], [mask[full:]]
         pending -= full

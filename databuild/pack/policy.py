@@ -89,6 +89,9 @@ def _rendered(conversations: Iterable[TokenizedConversation], stats: PackStats) 
             stats.empty_renders += 1
             continue
         stats.empty_assistant_turns += conversation.empty_assistant_turns
+        if conversation.parts > 1 and conversation.part == 0:
+            stats.history_expanded[conversation.source] += 1
+            stats.expanded_samples[conversation.source] += conversation.parts
         yield conversation
 
 

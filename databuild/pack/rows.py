@@ -33,7 +33,9 @@ class PackStats:
     supervised_tokens_kept: int = 0
     padding_tokens: int = 0  # tokens of padding segments in kept rows
     overlong: Counter = field(default_factory=Counter)  # conversations longer than a row, by what was done
-    conversations_by_source: Counter = field(default_factory=Counter)  # with tokens in kept rows
+    conversations_by_source: Counter = field(default_factory=Counter)  # with tokens in kept rows (samples)
+    history_expanded: Counter = field(default_factory=Counter)  # by source: conversations expanded (history)
+    expanded_samples: Counter = field(default_factory=Counter)  # by source: the samples they gave
     tokens_by_source: Counter = field(default_factory=Counter)  # tokens in kept rows, padding excluded
     continued_rows: list[int] = field(default_factory=list)  # kept rows whose Row.continues
 

@@ -1,0 +1,163 @@
+"""The `assistant` strategy on a template without `{% generation %}` tags: what the model writes at
+inference, found by rendering the conversation as inference renders it.
+
+For assistant message i, P = render(messages[:i], add_generation_prompt=True) is what the model is
+given and R = render(messages[:i+1]) what it is trained to have written: P must be a prefix of R
+(else message i is no turn of its own, below). The turn's target is R[len(P):] up to and including
+the first stop token (the encoder's end-of-turn set: the tokenizer's EOS, the config's end_of_turn,
+and whatever encoder.end_of_turn_tokens adds); what the template writes after it (ChatML's newline)
+is not a target. Where R holds no stop token after P, a stop token the next message writes right
+after the turn closes it (GLM's `<|user|>`); else the turn is refused.
+
+- A run of assistant messages with no other message between them: a message whose P is not a
+  prefix of its R continues the turn of the message before it (inference writes them as one
+  generation: no generation prompt stands between them); its R then closes the turn, and no stop
+  token may stand in the part of the turn written before the message (the model would have stopped
+  there). A message whose P is a prefix of its R opens a turn of its own, as the model would be
+  prompted again.
+- Every turn's R, through its stop token, must be a prefix of the whole render F: the turn as
+  trained is the turn as generated, so one render carries every target (what R writes after the
+  stop, Phi-3's end-of-render EOS, need not be in F). A template that rewrites history (Qwen3 drops the
+  reasoning of turns before the last user message; gpt-oss closes a final answer with `<|return|>`
+  only when it is last) fails this for some turn: the config's `history` policy then refuses the
+  conversation or expands it into one sample per turn (R of the turn, only that turn supervised).
+- A stop token spelled inside any string of an assistant message (content, reasoning, tool calls)
+  means the model would have stopped there: the conversation is refused.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+from .placement import MaskError, fail
+
+HISTORY_POLICIES = ("expand", "refuse")
+DEFAULT_HISTORY = "expand"
+
+
+class StopTokenInField(MaskError):
+    pass
+
+
+class HistoryRewritten(MaskError):
+    pass
+
+
+@dataclass(frozen=True)
+class Sample:
+    """A text to tokenize and the character spans of its targets. The conversation's own render has
+    every turn; an expanded conversation gives one sample per turn."""
+    text: str
+    spans: tuple[tuple[int, int], ...]
+    messages: tuple[int, ...]  # the first message of each span's turn, to name it
+
+
+def stop_pattern(stops: frozenset[str]) -> re.Pattern:
+    # longest first: where one stop token is a prefix of another, the longer one is the match
+    return re.compile("|".join(re.escape(t) for t in sorted(stops, key=lambda t: (-len(t), t))))
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _strings(item)
+
+
+def check_no_stop_in_fields(messages, stops: re.Pattern) -> None:
+    for index, message in enumerate(messages):
+        if message.get("role") != "assistant":
+            continue
+        for key, value in message.items():
+            if key == "role":
+                continue
+            found = next((m.group() for s in _strings(value) if (m := stops.search(s))), None)
+            if found is not None:
+                raise StopTokenInField(f"assistant message {index}: its {key} spells the stop token {found!r}: the "
+                                       "model would have stopped there")
+
+
+@dataclass
+class _Turn:
+    first: int
+    last: int
+    prompt: int  # len(P) of its first message: where the target starts
+    text: str  # R of its last message
+    written: int  # where, in `text`, the part written by its last message begins (0 if it has one message)
+
+
+def _common_prefix(a: str, b: str) -> int:
+    return len(os.path.commonprefix([a, b]))
+
+
+def _rewritten_prompt(messages, i: int, tools, render: Callable[..., str], prompt: str, rendered: str) -> _Turn:
+    """Message i after a prompt the template rewrites once i is written (gpt-oss drops the analysis
+    of a tool call once a final answer follows): the turn is what the render with it writes after
+    the generation prompt G (the prompt's end beyond the plain render of messages[:i]), found where
+    the render with an empty answer in its place, whose earlier messages the template rewrites the
+    same way, stops agreeing with it; its sample is the prompt followed by that turn."""
+    plain = render(messages[:i], tools)
+    generation = prompt[len(plain):] if prompt.startswith(plain) else ""
+    empty = render([*messages[:i], {"role": "assistant", "content": ""}], tools)
+    start = rendered.rfind(generation, 0, _common_prefix(rendered, empty)) if generation else -1
+    if start < 0:
+        raise fail(i, "the render with it does not start with the generation prompt before it (the inference "
+                      "render), and the generation prompt cannot be found in it: what the model would write "
+                      "here is unknown")
+    return _Turn(i, i, len(prompt), prompt + rendered[start + len(generation):], 0)
+
+
+def infer_samples(messages, tools, text: str, render: Callable[..., str], stops: re.Pattern,
+                  history: str) -> list[Sample]:
+    """The conversation's targets by the rule above: one sample (the render itself) when every turn
+    as generated is a prefix of the render; else, under history `expand`, one sample per turn.
+    Raises MaskError (StopTokenInField, HistoryRewritten) naming the message."""
+    check_no_stop_in_fields(messages, stops)
+    last_message = len(messages) - 1
+    turns: list[_Turn] = []
+    for i, message in enumerate(messages):
+        if message.get("role") != "assistant":
+            continue
+        rendered = text if i == last_message else render(messages[:i + 1], tools)
+        prompt = render(messages[:i], tools, generation_prompt=True)
+        if rendered.startswith(prompt):
+            turns.append(_Turn(i, i, len(prompt), rendered, 0))
+        elif turns and turns[-1].last == i - 1:
+            turn = turns[-1]
+            turn.written = _common_prefix(turn.text, rendered)
+            if turn.written < turn.prompt:
+                raise fail(i, "it continues the turn of the message before it, whose generation prompt the render "
+                              "with it does not start with")
+            turn.last, turn.text = i, rendered
+        else:
+            turns.append(_rewritten_prompt(messages, i, tools, render, prompt, rendered))
+    samples, whole = [], []
+    for turn in turns:
+        stop = stops.search(turn.text, turn.prompt)
+        if stop is not None and stop.start() < turn.written:
+            raise fail(turn.last, "a stop token stands in its turn before it: the model would have stopped there")
+        if stop is not None:
+            own = turn.text
+        elif text.startswith(turn.text) and (stop := stops.match(text, len(turn.text))) is not None:
+            own = text[:stop.end()]  # a stop token written by the next message closes it
+        else:
+            raise fail(turn.last, "no stop token closes its turn (the tokenizer's EOS, the config's end_of_turn): "
+                                  "declare the template's end of turn")
+        span = (turn.prompt, stop.end())
+        samples.append(Sample(own, (span,), (turn.first,)))
+        if text[:stop.end()] == own[:stop.end()]:  # the turn as trained is the turn as generated, through its stop
+            whole.append(span)
+        elif history == "refuse":
+            raise HistoryRewritten(f"assistant message {turn.first}: the template rewrites history (the turn renders "
+                                   "differently in the whole conversation than when it was generated); history: "
+                                   "expand builds one sample per turn")
+    if len(whole) == len(turns):
+        return [Sample(text, tuple(whole), tuple(turn.first for turn in turns))]
+    return samples

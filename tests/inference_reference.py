@@ -1,0 +1,66 @@
+"""The `assistant` rule on untagged templates, recomputed independently of databuild: from
+transformers' own renders (apply_chat_template, tokenize=False) and the tokenizer's own ids, in token
+space, as data/README ("Assistant targets by inference") states it. databuild works on characters and
+proves prefixes on text; this works on token ids and compares id lists.
+
+Returns the rows (ids, mask) per sample, or the string "unbuildable: WHY" where the rule itself has
+no answer (no stop token closes a turn, a prompt whose tokens are not a prefix of the turn's)."""
+
+from __future__ import annotations
+
+
+def render(tokenizer, messages, tools, kwargs, generation_prompt=False) -> str:
+    return tokenizer.apply_chat_template(list(messages), tools=tools, tokenize=False,
+                                         add_generation_prompt=generation_prompt, **kwargs)
+
+
+def ids(tokenizer, text: str) -> list[int]:
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def reference_rows(tokenizer, messages, tools, kwargs, stops: set[str]):
+    stop_ids = {tokenizer.convert_tokens_to_ids(s) for s in stops}
+    full = render(tokenizer, messages, tools, kwargs)
+    full_ids = ids(tokenizer, full)
+    turns = []  # [prompt text, render through its last message]
+    for i, message in enumerate(messages):
+        if message["role"] != "assistant":
+            continue
+        prompt = render(tokenizer, messages[:i], tools, kwargs, generation_prompt=True)
+        with_it = render(tokenizer, messages[:i + 1], tools, kwargs)
+        if with_it.startswith(prompt):
+            turns.append([prompt, with_it])
+        elif turns and messages[i - 1]["role"] == "assistant":
+            turns[-1][1] = with_it
+        else:  # the prompt is rewritten once message i follows: the turn is what follows the generation prompt
+            plain = render(tokenizer, messages[:i], tools, kwargs)
+            generation = prompt[len(plain):]
+            empty = render(tokenizer, [*messages[:i], {"role": "assistant", "content": ""}], tools, kwargs)
+            agree = next((k for k, (a, b) in enumerate(zip(with_it, empty)) if a != b), min(len(with_it), len(empty)))
+            start = with_it.rfind(generation, 0, agree)
+            if not prompt.startswith(plain) or not generation or start < 0:
+                return "unbuildable: no generation prompt before it"
+            turns.append([prompt, prompt + with_it[start + len(generation):]])
+    rows, spans, all_in_full = [], [], True
+    for prompt, with_it in turns:
+        prompt_ids, turn_ids = ids(tokenizer, prompt), ids(tokenizer, with_it)
+        if turn_ids[:len(prompt_ids)] != prompt_ids:
+            return "unbuildable: the prompt's tokens are not a prefix"
+        stop = next((k for k in range(len(prompt_ids), len(turn_ids)) if turn_ids[k] in stop_ids), None)
+        if stop is None and full_ids[:len(turn_ids)] == turn_ids and len(full_ids) > len(turn_ids) \
+                and full_ids[len(turn_ids)] in stop_ids:
+            stop, turn_ids = len(turn_ids), full_ids[:len(turn_ids) + 1]
+        if stop is None:
+            return "unbuildable: no stop token"
+        in_full = full_ids[:stop + 1] == turn_ids[:stop + 1]
+        mask = [0] * len(turn_ids)
+        mask[len(prompt_ids):stop + 1] = [1] * (stop + 1 - len(prompt_ids))
+        rows.append((turn_ids, mask))
+        spans.append((len(prompt_ids), stop + 1))
+        all_in_full &= in_full
+    if all_in_full:
+        mask = [0] * len(full_ids)
+        for start, end in spans:
+            mask[start:end] = [1] * (end - start)
+        return [(full_ids, mask)]
+    return rows
