@@ -266,7 +266,8 @@ def test_skip_policy_counts_and_lists_every_skip(tmp_path):
     expected = [(row, reasons[row]) for row in order[:last] if row in reasons]
     listed = [(m["row"], m["reason"].split(":")[0]) for m in result.data["skipped_conversations"]]
     assert expected and listed == expected
-    assert counts["conversations_skipped"] == {"malformed": len(expected), "template_error": 0, "mask_error": 0}
+    assert counts["conversations_skipped"] == {"malformed": len(expected), "template_error": 0, "mask_error": 0,
+                                               "stop_token_in_field": 0, "history_rewritten": 0}
     assert counts["conversations_read"] == last + 1 - len(expected)
 
 

@@ -9,7 +9,6 @@ never the output.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -71,8 +70,7 @@ class Encoder:
         self.loss_mask = loss_mask
         self.history = history
         special = {t.content for t in tokenizer.added_tokens_decoder.values() if t.special}
-        # longest first: where one special token is a prefix of another, the longer one is the match
-        self.special_tokens = re.compile("|".join(re.escape(t) for t in sorted(special, key=lambda t: (-len(t), t))))
+        self.special_ids = frozenset(i for i, t in tokenizer.added_tokens_decoder.items() if t.special)
         self.end_of_turn = end_of_turn_tokens(tokenizer, end_of_turn, special)
         self.stops = stop_pattern(self.end_of_turn)
         self._backend = tokenizer.backend_tokenizer
@@ -154,15 +152,18 @@ class Encoder:
         """The sample's mask. An inferred turn starts where the model's prompt ends, and the prompt is
         tokenized alone at inference: its tokens must be the sample's first tokens. Special tokens cut
         the text into pieces the tokenizer encodes independently, so the prompt's tokens are the
-        sample's up to its last special token, and only the text after it is encoded again."""
+        sample's through its last special token, and only the text after that one is encoded again."""
+        ids = encoding.ids
         for start, message in zip((s for s, _ in sample.spans), sample.messages):
-            cut = max((m.end() for m in self.special_tokens.finditer(sample.text, 0, start)), default=0)
-            first, at = encoding.char_to_token(start), encoding.char_to_token(cut) if cut < start else None
-            tail = self._backend.encode(sample.text[cut:start], add_special_tokens=False).ids if cut < start else []
-            if first is None or encoding.token_to_chars(first)[0] != start or \
-                    (at is not None and list(encoding.ids[at:first]) != tail):
-                raise fail(message, "the prompt before its turn, tokenized alone as at inference, is not the start of "
-                                    "the tokens trained on (the prompt's end and the answer's start share a token)")
+            first = encoding.char_to_token(start)
+            if first is not None and encoding.token_to_chars(first)[0] == start:
+                last_special = next((k for k in range(first - 1, -1, -1) if ids[k] in self.special_ids), -1)
+                cut = encoding.token_to_chars(last_special)[1] if last_special >= 0 else 0
+                tail = self._backend.encode(sample.text[cut:start], add_special_tokens=False).ids if cut < start else []
+                if list(ids[last_special + 1:first]) == tail:
+                    continue
+            raise fail(message, "the prompt before its turn, tokenized alone as at inference, is not the start of "
+                                "the tokens trained on (the prompt's end and the answer's start share a token)")
         return spans_to_mask(list(sample.spans), encoding, len(encoding))
 
     def encode_batch(self, batch: list[Conversation]) -> list[TokenizedConversation]:
