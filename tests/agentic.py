@@ -26,24 +26,26 @@ def answer(rng: random.Random, empty_ok: bool = False, leading_space: bool = Fal
     return written if leading_space else written.lstrip()
 
 
-def call(rng: random.Random, k: int) -> dict:
+def call(rng: random.Random, k: int, arguments: str = "any") -> dict:
     name = rng.choice(["get_weather", "search"])
-    arguments = {"city" if name == "get_weather" else "q": text(rng)}
+    values = {"city" if name == "get_weather" else "q": text(rng)}
+    as_text = arguments == "any" and rng.random() < 0.3
     return {"id": f"call_{k}", "type": "function",
-            "function": {"name": name, "arguments": json.dumps(arguments) if rng.random() < 0.3 else arguments}}
+            "function": {"name": name, "arguments": json.dumps(values) if as_text else values}}
 
 
 def conversation(rng: random.Random, tool_calls: str = "many", reasoning: str | None = "reasoning_content",
-                 leading_space: bool = False):
+                 leading_space: bool = False, arguments: str = "any"):
     """(messages, tools): an optional system message, 1-3 user turns, each answered after 0-2 rounds of
-    tool calls (when the family writes them) and results, optionally ending on a user message."""
+    tool calls (when the family writes them) and results, optionally ending on a user message. `arguments`
+    "object" gives every call's arguments as an object (templates that iterate them)."""
     messages = [{"role": "system", "content": text(rng)}] if rng.random() < 0.4 else []
     calls_made = 0
     for _ in range(rng.randint(1, 3)):
         messages.append({"role": "user", "content": text(rng)})
         for _ in range(rng.randint(0, 2) if tool_calls != "none" else 0):
             n = 1 if tool_calls == "one" else rng.randint(1, 2)
-            calls = [call(rng, calls_made + k) for k in range(n)]
+            calls = [call(rng, calls_made + k, arguments) for k in range(n)]
             calls_made += n
             step = {"role": "assistant", "content": rng.choice([None, "", answer(rng, False, leading_space)]),
                     "tool_calls": calls}

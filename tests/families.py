@@ -30,6 +30,8 @@ class Family:
     tagged: bool = False  # the authors' own {% generation %} tags
     tool_calls: str = "many"  # many, one (at most one per message), none (the template does not write them)
     reasoning: str | None = None  # the message key the template reads reasoning from, if any
+    arguments: str = "any"  # a tool call's arguments: any (an object or its JSON text), object (the template
+    # iterates them)
 
 
 FAMILIES = {f.name: f for f in [
@@ -46,6 +48,19 @@ FAMILIES = {f.name: f for f in [
            tool_calls="one", reasoning="thinking"),
     Family("smollm3", "smollm3.jinja", ("<|im_start|>", "<|im_end|>", "<|endoftext|>"), "<|im_end|>",
            ("<|endoftext|>",), tagged=True, tool_calls="none"),
+    Family("qwen3_5_think", "qwen3_5_think.jinja", ("<|im_start|>", "<|im_end|>", "<|endoftext|>", "<tool_call>",
+                                                    "</tool_call>", "<think>", "</think>"), "<|im_end|>",
+           ("<|endoftext|>",), reasoning="reasoning_content", arguments="object"),
+    Family("qwen3_6", "qwen3_6.jinja", ("<|im_start|>", "<|im_end|>", "<|endoftext|>", "<tool_call>", "</tool_call>",
+                                        "<think>", "</think>"), "<|im_end|>", ("<|endoftext|>",),
+           reasoning="reasoning_content", arguments="object"),
+    Family("glm4moe", "glm4moe.jinja", ("[gMASK]", "<sop>", "<|system|>", "<|user|>", "<|assistant|>", "<|observation|>",
+                                        "<|endoftext|>", "<think>", "</think>", "<tool_call>", "</tool_call>"),
+           "<|endoftext|>", ("<|user|>", "<|observation|>"), reasoning="reasoning_content", arguments="object"),
+    Family("cohere2", "cohere2.jinja", ("<BOS_TOKEN>", "<|START_OF_TURN_TOKEN|>", "<|END_OF_TURN_TOKEN|>",
+                                        "<|SYSTEM_TOKEN|>", "<|USER_TOKEN|>", "<|CHATBOT_TOKEN|>", "<|START_RESPONSE|>",
+                                        "<|END_RESPONSE|>"), "<|END_OF_TURN_TOKEN|>", (), bos="<BOS_TOKEN>",
+           tool_calls="none"),
     Family("phi3", "phi3.jinja", ("<|system|>", "<|user|>", "<|assistant|>", "<|end|>", "<|endoftext|>"),
            "<|endoftext|>", ("<|end|>", "<|assistant|>"), tool_calls="none"),
 ]}

@@ -58,7 +58,7 @@ def outcome(tokenizer, encoder, family, messages, tools) -> str:
 
 def corpus(family, leading_space: bool = False, seed: int = 18):
     rng = random.Random(f"{family.name}-{seed}")
-    return [conversation(rng, family.tool_calls, family.reasoning, leading_space) for _ in range(CASES_PER_FAMILY)]
+    return [conversation(rng, family.tool_calls, family.reasoning, leading_space, family.arguments) for _ in range(CASES_PER_FAMILY)]
 
 
 @pytest.mark.parametrize("leading_space", [False, True])
@@ -87,7 +87,7 @@ def test_rows_equal_the_rule_or_are_refused(built, name, leading_space, monkeypa
 def test_generated_conversations_property(built, name, rng, monkeypatch):
     pin_transformers_clock(monkeypatch)
     family, (tokenizer, encoder) = FAMILIES[name], built[name]
-    messages, tools = conversation(rng, family.tool_calls, family.reasoning)
+    messages, tools = conversation(rng, family.tool_calls, family.reasoning, arguments=family.arguments)
     assert outcome(tokenizer, encoder, family, messages, tools) in (
         "equal", "expanded", "template_error", *(f"refused: {k}" for k in REFUSALS))
 

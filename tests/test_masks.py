@@ -133,8 +133,7 @@ def test_every_fixture_conversation_agrees_with_transformers_or_is_refused(token
     """Tagged: transformers' mask token for token. Untagged (inference, declared end of turn): the rule
     recomputed from transformers' renders, or a refusal with its reason; never a third outcome."""
     outcomes = [agrees_or_refuses(tokenizer, msgs, template, tagged=tagged) for _, msgs in source_conversations]
-    # untagged llama3_trim: the fixture tokenizer's GPT-2 split refuses every turn (test_untagged_targets_by_inference)
-    assert outcomes.count("equal") >= (300 if tagged else 0 if template == "llama3_trim" else 250)
+    assert outcomes.count("equal") >= (300 if tagged else 250)
 
 
 def test_empty_assistant_content(tokenizer):
@@ -167,8 +166,9 @@ FOLDS_THE_NEXT_MESSAGE_IN = ("{% for m in messages %}{% if m.role == 'assistant'
 
 
 # Untagged, by inference (encode/inference.py): what the model writes after the generation prompt, through
-# its first stop token. Before issue 18 the first three were refused (placement could not prove where the
-# content went), the fourth supervised only the last answer, the sixth and seventh the answer alone.
+# its first stop token. Before issue 18, placement refused the trimmed, upper-cased and EOS-only cases and the
+# two that write text after the last message (it could not prove where the content went), and supervised only
+# the last answer where earlier answers are hidden.
 @pytest.mark.parametrize("msgs, template, end_of_turn, expected", [
     # the template trims: the model, prompted with it, writes the trimmed answer
     (messages(("user", "Repeat after me: OK"), ("assistant", " OK")), family("chatml", tagged=False).replace(
@@ -182,10 +182,6 @@ FOLDS_THE_NEXT_MESSAGE_IN = ("{% for m in messages %}{% if m.role == 'assistant'
      "assistant message 1: the render with it does not start with the generation prompt before it"),
     (messages(("user", "Hi"), ("assistant", "Hello")), COUNTS_THE_LAST_ANSWER, ("<|im_end|>",),
      "assistant message 1: the render with it does not start with the generation prompt before it"),
-    # the fixture tokenizer's GPT-2 split cuts the prompt's "\n\n" as "\n" + "\n" before a word, and
-    # as "\n\n" at the end of the prompt: the model would never see these tokens at inference
-    (messages(("user", "Hi"), ("assistant", "OK")), family("llama3_trim", tagged=False), ("<|eot_id|>",),
-     "assistant message 1: the prompt before its turn, tokenized alone as at inference, is not the start"),
     # a hidden earlier answer: the template rewrites history, so each turn is its own sample (history: expand)
     (messages(("user", "Hi"), ("assistant", "Hello there"), ("user", "You said: Hello there"), ("assistant", "Yes")),
      HIDES_EARLIER_ANSWERS, ("<|im_end|>",),
@@ -206,6 +202,17 @@ def test_untagged_targets_by_inference(tokenizer, msgs, template, end_of_turn, e
     else:
         assert [supervised_runs(tokenizer, p.input_ids, p.loss_mask) for p in parts] == expected
         assert [(p.part, p.parts) for p in parts] == [(k, len(expected)) for k in range(len(expected))]
+
+
+def test_a_prompt_tokenized_otherwise_alone_is_counted(tokenizer):
+    """The fixture tokenizer's GPT-2 split cuts the prompt's "\n\n" as "\n" + "\n" before a word, but as
+    one piece at the end of the prompt alone: the answer's tokens are targets all the same, and the turn
+    is counted (manifest counts.prompt_tokens_differ); ChatML's "\n" is one piece either way."""
+    msgs = messages(("user", "Hi"), ("assistant", "OK"))
+    for name, eot, differ in [("llama3_trim", "<|eot_id|>", 1), ("chatml", "<|im_end|>", 0)]:
+        out = encode(tokenizer, msgs, "assistant", family(name, tagged=False), end_of_turn=(eot,))
+        assert supervised_runs(tokenizer, out.input_ids, out.loss_mask) == [f"OK{eot}"]
+        assert out.prompt_tokens_differ == differ
 
 
 def test_history_refuse_names_the_policy(tokenizer):

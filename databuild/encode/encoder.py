@@ -17,7 +17,7 @@ import numpy as np
 from ..errors import BuildError
 from ..encode.inference import DEFAULT_HISTORY, HistoryRewritten, Sample, StopTokenInField, infer_samples, stop_pattern
 from ..encode.masks import check_final_answers_only, muse_spark_spans, spans_to_mask
-from ..encode.placement import MaskError, fail, place_fields
+from ..encode.placement import MaskError, place_fields
 from ..encode.render import Renderer
 from ..sources.bad import (HISTORY_REWRITTEN, MASK_ERROR, STOP_TOKEN_IN_FIELD, TEMPLATE_ERROR, Problem,
                            shown_id)
@@ -37,6 +37,8 @@ class TokenizedConversation:
     loss_mask: np.ndarray  # int8, 1 = target
     problem: Problem | None = None  # when it cannot be built; no tokens then
     empty_assistant_turns: int = 0  # assistant messages whose content is ""
+    unclosed_turns: int = 0  # turns the render ends in before any stop token (encode/inference.py)
+    prompt_tokens_differ: int = 0  # turns whose prompt tokenized alone is not the start of these tokens
     part: int = 0  # its sample among those of a conversation expanded by the history policy
     parts: int = 1  # the conversation's samples: more than one when expanded
 
@@ -112,13 +114,13 @@ class Encoder:
         """The strategy's samples: a tagged template's own spans; else, under `assistant`, the turns as
         inference writes them (encode/inference.py); under `muse_spark`, the proven contents."""
         if generation is not None:
-            return [Sample(text, tuple(generation), ())]
+            return [Sample(text, tuple(generation), (), tagged=True)]
         messages, render = conversation.messages, self.renderer.render
         if self.loss_mask == "assistant":
             return infer_samples(messages, conversation.tools, text, render, self.stops, self.history)
         check_final_answers_only(messages)
         placed = place_fields(messages, conversation.tools, text, render)
-        return [Sample(text, tuple(muse_spark_spans(messages, text, placed)), ())]
+        return [Sample(text, tuple(muse_spark_spans(messages, text, placed)), (), tagged=True)]
 
     def finish(self, batch: list[Conversation], rendered: list[Rendered | Problem],
                encodings: list) -> list[TokenizedConversation]:
@@ -133,7 +135,9 @@ class Encoder:
                     encodings_of = self._backend.encode_batch([s.text for s in samples], add_special_tokens=False)
                 else:
                     encodings_of = [encoding]
-                masks = [self._sample_mask(sample, e) for sample, e in zip(samples, encodings_of)]
+                masks = [spans_to_mask(list(sample.spans), e, len(e)) for sample, e in zip(samples, encodings_of)]
+                differ = [self._prompt_tokens_differ(sample, e) if not sample.tagged else 0
+                          for sample, e in zip(samples, encodings_of)]
             except MaskError as exc:
                 out.append(_unbuildable(conversation, Problem(_KINDS.get(type(exc), MASK_ERROR), str(exc))))
                 continue
@@ -145,16 +149,19 @@ class Encoder:
                 out.append(TokenizedConversation(conversation.position, conversation.index, conversation.id,
                                                  conversation.source, ids, mask,
                                                  empty_assistant_turns=0 if part else empty,
+                                                 unclosed_turns=samples[part].unclosed,
+                                                 prompt_tokens_differ=differ[part],
                                                  part=part, parts=len(samples)))
         return out
 
-    def _sample_mask(self, sample: Sample, encoding) -> np.ndarray:
-        """The sample's mask. An inferred turn starts where the model's prompt ends, and the prompt is
-        tokenized alone at inference: its tokens must be the sample's first tokens. Special tokens cut
-        the text into pieces the tokenizer encodes independently, so the prompt's tokens are the
-        sample's through its last special token, and only the text after that one is encoded again."""
-        ids = encoding.ids
-        for start, message in zip((s for s, _ in sample.spans), sample.messages):
+    def _prompt_tokens_differ(self, sample: Sample, encoding) -> int:
+        """Turns of the sample whose prompt, tokenized alone as at inference, is not the start of the
+        tokens trained on (the prompt's last token and the answer's first merge, Qwen3.5's `<think>\n`
+        before `\n</think>`): their targets are the tokens overlapping the turn's characters, as for
+        any span, and they are counted. Special tokens cut the text into pieces the tokenizer encodes
+        independently, so only the text after the prompt's last special token is encoded again."""
+        ids, differ = encoding.ids, 0
+        for start in (s for s, _ in sample.spans):
             first = encoding.char_to_token(start)
             if first is not None and encoding.token_to_chars(first)[0] == start:
                 last_special = next((k for k in range(first - 1, -1, -1) if ids[k] in self.special_ids), -1)
@@ -162,9 +169,8 @@ class Encoder:
                 tail = self._backend.encode(sample.text[cut:start], add_special_tokens=False).ids if cut < start else []
                 if list(ids[last_special + 1:first]) == tail:
                     continue
-            raise fail(message, "the prompt before its turn, tokenized alone as at inference, is not the start of "
-                                "the tokens trained on (the prompt's end and the answer's start share a token)")
-        return spans_to_mask(list(sample.spans), encoding, len(encoding))
+            differ += 1
+        return differ
 
     def encode_batch(self, batch: list[Conversation]) -> list[TokenizedConversation]:
         rendered = self.render(batch)

@@ -7,7 +7,11 @@ given and R = render(messages[:i+1]) what it is trained to have written: P must 
 the first stop token (the encoder's end-of-turn set: the tokenizer's EOS, the config's end_of_turn,
 and whatever encoder.end_of_turn_tokens adds); what the template writes after it (ChatML's newline)
 is not a target. Where R holds no stop token after P, a stop token the next message writes right
-after the turn closes it (GLM's `<|user|>`); else the turn is refused.
+after the turn closes it (GLM's `<|user|>`); where the whole render ends in the turn (GLM's last
+turn: the template writes the model's stop only as the next message's header), the turn is
+supervised to the render's end and counted as unclosed; else the turn is refused. An expanded
+turn closed by the next message is R followed by that stop token, as the render through the next
+message writes it.
 
 - A run of assistant messages with no other message between them: a message whose P is not a
   prefix of its R continues the turn of the message before it (inference writes them as one
@@ -53,6 +57,8 @@ class Sample:
     text: str
     spans: tuple[tuple[int, int], ...]
     messages: tuple[int, ...]  # the first message of each span's turn, to name it
+    unclosed: int = 0  # its turns the render ends before any stop token (GLM's last turn)
+    tagged: bool = False  # spans declared (generation tags, muse_spark), not inferred turns
 
 
 def stop_pattern(stops: frozenset[str]) -> re.Pattern:
@@ -114,6 +120,17 @@ def _rewritten_prompt(messages, i: int, tools, render: Callable[..., str], promp
     return _Turn(i, i, len(prompt), prompt + rendered[start + len(generation):], 0)
 
 
+def _closed_by_next(messages, turn: _Turn, tools, text: str, render: Callable[..., str], stops: re.Pattern):
+    """The stop token the next message writes right after the turn (GLM's `<|user|>`): in the whole
+    render, or, where the template rewrites the turns before, in the render through the next message."""
+    if turn.last == len(messages) - 1:
+        return None
+    for through_next in (text, render(messages[:turn.last + 2], tools)):
+        if through_next.startswith(turn.text) and (stop := stops.match(through_next, len(turn.text))) is not None:
+            return stop
+    return None
+
+
 def infer_samples(messages, tools, text: str, render: Callable[..., str], stops: re.Pattern,
                   history: str) -> list[Sample]:
     """The conversation's targets by the rule above: one sample (the render itself) when every turn
@@ -145,19 +162,22 @@ def infer_samples(messages, tools, text: str, render: Callable[..., str], stops:
             raise fail(turn.last, "a stop token stands in its turn before it: the model would have stopped there")
         if stop is not None:
             own = turn.text
-        elif text.startswith(turn.text) and (stop := stops.match(text, len(turn.text))) is not None:
-            own = text[:stop.end()]  # a stop token written by the next message closes it
+        elif (stop := _closed_by_next(messages, turn, tools, text, render, stops)) is not None:
+            own = stop.string[:stop.end()]
+        elif turn.last == last_message and turn.text == text:
+            own = text  # the render ends in the turn: supervised to its end, counted as unclosed
         else:
             raise fail(turn.last, "no stop token closes its turn (the tokenizer's EOS, the config's end_of_turn): "
                                   "declare the template's end of turn")
-        span = (turn.prompt, stop.end())
-        samples.append(Sample(own, (span,), (turn.first,)))
-        if text[:stop.end()] == own[:stop.end()]:  # the turn as trained is the turn as generated, through its stop
+        end = len(own) if stop is None else stop.end()
+        span = (turn.prompt, end)
+        samples.append(Sample(own, (span,), (turn.first,), int(stop is None)))
+        if text[:end] == own[:end]:  # the turn as trained is the turn as generated, through its stop
             whole.append(span)
         elif history == "refuse":
             raise HistoryRewritten(f"assistant message {turn.first}: the template rewrites history (the turn renders "
                                    "differently in the whole conversation than when it was generated); history: "
                                    "expand builds one sample per turn")
     if len(whole) == len(turns):
-        return [Sample(text, tuple(whole), tuple(turn.first for turn in turns))]
+        return [Sample(text, tuple(whole), tuple(turn.first for turn in turns), sum(s.unclosed for s in samples))]
     return samples

@@ -89,6 +89,8 @@ def _rendered(conversations: Iterable[TokenizedConversation], stats: PackStats) 
             stats.empty_renders += 1
             continue
         stats.empty_assistant_turns += conversation.empty_assistant_turns
+        stats.unclosed_turns += conversation.unclosed_turns
+        stats.prompt_tokens_differ += conversation.prompt_tokens_differ
         if conversation.parts > 1 and conversation.part == 0:
             stats.history_expanded[conversation.source] += 1
             stats.expanded_samples[conversation.source] += conversation.parts

@@ -26,6 +26,8 @@ class PackStats:
     conversations_read: int = 0
     empty_renders: int = 0  # conversations the template rendered to no token: left out of the stream
     empty_assistant_turns: int = 0  # in the conversations passed to the policy
+    unclosed_turns: int = 0  # in them: turns the render ends in before any stop token
+    prompt_tokens_differ: int = 0  # in them: turns whose prompt, tokenized alone, is not a prefix of the row
     separators_inserted: int = 0
     rows_kept: int = 0
     rows_skipped_unsupervised: int = 0

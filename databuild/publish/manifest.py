@@ -123,6 +123,8 @@ def build_manifest(record: BuildRecord) -> dict[str, Any]:
             "separators_inserted": stats.separators_inserted,
             "empty_renders": stats.empty_renders,
             "empty_assistant_turns": stats.empty_assistant_turns,
+            "unclosed_turns": stats.unclosed_turns,
+            "prompt_tokens_differ": stats.prompt_tokens_differ,
             "history_expanded": history_expanded(stats),
             "rows_skipped": {NO_SUPERVISED_TOKEN: stats.rows_skipped_unsupervised},
             **({} if packing.policy == "concat" else {"overlong_conversations": {
