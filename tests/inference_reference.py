@@ -46,12 +46,17 @@ def reference_rows(tokenizer, messages, tools, kwargs, stops: set[str]):
         prompt_ids, turn_ids = ids(tokenizer, prompt), ids(tokenizer, with_it)
         stop = next((k for k in range(len(prompt_ids), len(turn_ids)) if turn_ids[k] in stop_ids), None)
         if stop is None and last + 1 < len(messages):  # the next message's first token, if a stop, closes it
-            following = render(tokenizer, messages[:last + 2], tools, kwargs)
-            for text in (full, following):
+            bare = [{k: v for k, v in m.items() if m["role"] != "assistant" or k not in
+                     ("reasoning_content", "thinking", "reasoning")} for m in messages[:last + 1]]
+            pairs = [(turn_ids, full), (turn_ids, render(tokenizer, messages[:last + 2], tools, kwargs)),
+                     (ids(tokenizer, render(tokenizer, bare, tools, kwargs)),
+                      render(tokenizer, [*bare, messages[last + 1]], tools, kwargs))]
+            for before, text in pairs:
                 text_ids = ids(tokenizer, text)
-                if text_ids[:len(turn_ids)] == turn_ids and text_ids[len(turn_ids):len(turn_ids) + 1] and \
-                        text_ids[len(turn_ids)] in stop_ids:
-                    stop, turn_ids, with_it = len(turn_ids), text_ids[:len(turn_ids) + 1], text
+                if text_ids[:len(before)] == before and text_ids[len(before):len(before) + 1] and \
+                        text_ids[len(before)] in stop_ids:
+                    stop, turn_ids = len(turn_ids), turn_ids + [text_ids[len(before)]]
+                    with_it += tokenizer.convert_ids_to_tokens(text_ids[len(before)])
                     break
         if stop is None and with_it == full:  # the render ends in the turn: to its end
             stop = len(turn_ids) - 1

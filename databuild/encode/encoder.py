@@ -10,6 +10,7 @@ never the output.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Iterable
 
 import numpy as np
@@ -116,8 +117,9 @@ class Encoder:
         if generation is not None:
             return [Sample(text, tuple(generation), (), tagged=True)]
         messages, render = conversation.messages, self.renderer.render
-        if self.loss_mask == "assistant":
-            return infer_samples(messages, conversation.tools, text, render, self.stops, self.history)
+        if self.loss_mask == "assistant":  # prefixes rendered from the messages prepared once
+            prepared, tools = self.renderer.prepare(messages, conversation.tools)
+            return infer_samples(prepared, tools, text, partial(render, prepared=True), self.stops, self.history)
         check_final_answers_only(messages)
         placed = place_fields(messages, conversation.tools, text, render)
         return [Sample(text, tuple(muse_spark_spans(messages, text, placed)), (), tagged=True)]

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from .placement import MaskError, fail
+from .transformers_private import REASONING_FIELDS
 
 HISTORY_POLICIES = ("expand", "refuse")
 DEFAULT_HISTORY = "expand"
@@ -120,15 +121,28 @@ def _rewritten_prompt(messages, i: int, tools, render: Callable[..., str], promp
     return _Turn(i, i, len(prompt), prompt + rendered[start + len(generation):], 0)
 
 
-def _closed_by_next(messages, turn: _Turn, tools, text: str, render: Callable[..., str], stops: re.Pattern):
-    """The stop token the next message writes right after the turn (GLM's `<|user|>`): in the whole
-    render, or, where the template rewrites the turns before, in the render through the next message."""
+def _closed_by_next(messages, turn: _Turn, tools, text: str, render: Callable[..., str],
+                    stops: re.Pattern) -> str | None:
+    """The turn followed by the stop token the next message writes right after it (GLM's `<|user|>`):
+    found in the whole render; where the template rewrites the turn once a message follows, in the
+    render through the next message; where it drops reasoning then (GLM), in the render through the
+    next message of the conversation without its reasoning."""
     if turn.last == len(messages) - 1:
         return None
-    for through_next in (text, render(messages[:turn.last + 2], tools)):
-        if through_next.startswith(turn.text) and (stop := stops.match(through_next, len(turn.text))) is not None:
-            return stop
+    bare = [_without_reasoning(m) for m in messages[:turn.last + 1]]
+    for written, through_next in ((turn.text, text), (turn.text, lambda: render(messages[:turn.last + 2], tools)),
+                                  (lambda: render(bare, tools),
+                                   lambda: render([*bare, messages[turn.last + 1]], tools))):
+        written, through_next = (v() if callable(v) else v for v in (written, through_next))
+        if through_next.startswith(written) and (stop := stops.match(through_next, len(written))) is not None:
+            return turn.text + stop.group()
     return None
+
+
+def _without_reasoning(message: dict) -> dict:
+    if message.get("role") != "assistant":
+        return message
+    return {k: v for k, v in message.items() if k not in REASONING_FIELDS}
 
 
 def infer_samples(messages, tools, text: str, render: Callable[..., str], stops: re.Pattern,
@@ -162,8 +176,8 @@ def infer_samples(messages, tools, text: str, render: Callable[..., str], stops:
             raise fail(turn.last, "a stop token stands in its turn before it: the model would have stopped there")
         if stop is not None:
             own = turn.text
-        elif (stop := _closed_by_next(messages, turn, tools, text, render, stops)) is not None:
-            own = stop.string[:stop.end()]
+        elif (own := _closed_by_next(messages, turn, tools, text, render, stops)) is not None:
+            stop = stops.match(own, len(turn.text))
         elif turn.last == last_message and turn.text == text:
             own = text  # the render ends in the turn: supervised to its end, counted as unclosed
         else:
