@@ -302,3 +302,28 @@ def test_a_machine_limit_stops_the_build_rather_than_skipping(tokenizer):
     renderer = Renderer(deep + tokenizer.chat_template, dict(tokenizer.special_tokens_map), KWARGS)
     with pytest.raises(BuildError, match=r"^conversation 'c-1' \(source row 0\): rendering it hit a RecursionError"):
         Encoder(tokenizer, renderer, "muse_spark").encode_batch([Conversation(0, 0, "c-1", "s", CASES["single turn"])])
+
+
+# harmony-style: an analysis message and the final answer after it, closed by <|end|> when another assistant
+# message follows, else by <|return|>; the model stops on <|return|> only (gpt-oss's generation config)
+CHANNELS = ("{% for m in messages %}{% if m.role == 'assistant' %}{{ '<|start|>assistant<|channel|>' + m.channel + "
+            "'<|message|>' + m.content }}{{ '<|end|>' if not loop.last and messages[loop.index0 + 1].role == "
+            "'assistant' else '<|return|>' }}{% else %}{{ '<|start|>' + m.role + '<|message|>' + m.content + '<|end|>' }}"
+            "{% endif %}{% endfor %}{% if add_generation_prompt %}<|start|>assistant{% endif %}")
+
+
+def test_a_run_of_assistant_messages_inference_writes_as_one_is_one_turn(tokenizer):
+    """The analysis message's prompt, followed by the final answer, is not the render with the final answer
+    (<|end|> there, <|return|> when it was last): no generation prompt stands between them, so the two are
+    one generation, supervised from the first's prompt through the final <|return|>."""
+    msgs = ({"role": "user", "content": "Hi"}, {"role": "assistant", "channel": "analysis", "content": "think"},
+            {"role": "assistant", "channel": "final", "content": "Hello"})
+    renderer = Renderer(CHANNELS, dict(tokenizer.special_tokens_map), KWARGS)
+    [out] = Encoder(tokenizer, renderer, "assistant", ("<|return|>",)).encode_batch([Conversation(0, 0, "c", "s", msgs)])
+    assert supervised_runs(tokenizer, out.input_ids, out.loss_mask) == [
+        "<|channel|>analysis<|message|>think<|end|><|start|>assistant<|channel|>final<|message|>Hello<|return|>"]
+    # with <|end|> a stop token too, the model would have stopped after the analysis: refused
+    [out] = Encoder(tokenizer, renderer, "assistant", ("<|return|>", "<|end|>")).encode_batch(
+        [Conversation(0, 0, "c", "s", msgs)])
+    assert out.problem == ("mask_error", "assistant message 2: a stop token stands in its turn before it: the model "
+                                         "would have stopped there")

@@ -115,14 +115,14 @@ class Encoder:
         """The strategy's samples: a tagged template's own spans; else, under `assistant`, the turns as
         inference writes them (encode/inference.py); under `muse_spark`, the proven contents."""
         if generation is not None:
-            return [Sample(text, tuple(generation), (), tagged=True)]
+            return [Sample(text, tuple(generation), (), declared=True)]
         messages, render = conversation.messages, self.renderer.render
         if self.loss_mask == "assistant":  # prefixes rendered from the messages prepared once
             prepared, tools = self.renderer.prepare(messages, conversation.tools)
             return infer_samples(prepared, tools, text, partial(render, prepared=True), self.stops, self.history)
         check_final_answers_only(messages)
         placed = place_fields(messages, conversation.tools, text, render)
-        return [Sample(text, tuple(muse_spark_spans(messages, text, placed)), (), tagged=True)]
+        return [Sample(text, tuple(muse_spark_spans(messages, text, placed)), (), declared=True)]
 
     def finish(self, batch: list[Conversation], rendered: list[Rendered | Problem],
                encodings: list) -> list[TokenizedConversation]:
@@ -137,39 +137,39 @@ class Encoder:
                     encodings_of = self._backend.encode_batch([s.text for s in samples], add_special_tokens=False)
                 else:
                     encodings_of = [encoding]
+                ids = [np.fromiter(e.ids, dtype=np.int32, count=len(e)) for e in encodings_of]
                 masks = [spans_to_mask(list(sample.spans), e, len(e)) for sample, e in zip(samples, encodings_of)]
-                differ = [self._prompt_tokens_differ(sample, e) if not sample.tagged else 0
-                          for sample, e in zip(samples, encodings_of)]
+                differ = [0 if sample.declared else self._prompt_tokens_differ(sample, e, i)
+                          for sample, e, i in zip(samples, encodings_of, ids)]
             except MaskError as exc:
                 out.append(_unbuildable(conversation, Problem(_KINDS.get(type(exc), MASK_ERROR), str(exc))))
                 continue
             except MACHINE_LIMITS as exc:
                 raise _machine_limit(conversation, exc) from None
             empty = sum(1 for m in conversation.messages if m.get("role") == "assistant" and m.get("content") == "")
-            for part, (e, mask) in enumerate(zip(encodings_of, masks)):
-                ids = np.fromiter(e.ids, dtype=np.int32, count=len(e))
+            for part, mask in enumerate(masks):
                 out.append(TokenizedConversation(conversation.position, conversation.index, conversation.id,
-                                                 conversation.source, ids, mask,
+                                                 conversation.source, ids[part], mask,
                                                  empty_assistant_turns=0 if part else empty,
                                                  unclosed_turns=samples[part].unclosed,
                                                  prompt_tokens_differ=differ[part],
                                                  part=part, parts=len(samples)))
         return out
 
-    def _prompt_tokens_differ(self, sample: Sample, encoding) -> int:
+    def _prompt_tokens_differ(self, sample: Sample, encoding, ids: np.ndarray) -> int:
         """Turns of the sample whose prompt, tokenized alone as at inference, is not the start of the
         tokens trained on (the prompt's last token and the answer's first merge, Qwen3.5's `<think>\n`
         before `\n</think>`): their targets are the tokens overlapping the turn's characters, as for
         any span, and they are counted. Special tokens cut the text into pieces the tokenizer encodes
         independently, so only the text after the prompt's last special token is encoded again."""
-        ids, differ = encoding.ids, 0
+        differ = 0
         for start in (s for s, _ in sample.spans):
             first = encoding.char_to_token(start)
             if first is not None and encoding.token_to_chars(first)[0] == start:
                 last_special = next((k for k in range(first - 1, -1, -1) if ids[k] in self.special_ids), -1)
                 cut = encoding.token_to_chars(last_special)[1] if last_special >= 0 else 0
                 tail = self._backend.encode(sample.text[cut:start], add_special_tokens=False).ids if cut < start else []
-                if list(ids[last_special + 1:first]) == tail:
+                if ids[last_special + 1:first].tolist() == tail:
                     continue
             differ += 1
         return differ

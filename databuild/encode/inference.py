@@ -27,6 +27,8 @@ message writes it.
   conversation or expands it into one sample per turn (R of the turn, only that turn supervised).
 - A stop token spelled inside any string of an assistant message (content, reasoning, tool calls)
   means the model would have stopped there: the conversation is refused.
+- A tool call (its function name) or a reasoning trace (stripped) that the turn's target does not
+  hold: the template drops it, and the model would be trained to answer without it: refused.
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ class Sample:
     spans: tuple[tuple[int, int], ...]
     messages: tuple[int, ...]  # the first message of each span's turn, to name it
     unclosed: int = 0  # its turns the render ends before any stop token (GLM's last turn)
-    tagged: bool = False  # spans declared (generation tags, muse_spark), not inferred turns
+    declared: bool = False  # spans the template declares (generation tags) or muse_spark places, not inferred
 
 
 def stop_pattern(stops: frozenset[str]) -> re.Pattern:
@@ -89,6 +91,23 @@ def check_no_stop_in_fields(messages, stops: re.Pattern) -> None:
             if found is not None:
                 raise StopTokenInField(f"assistant message {index}: its {key} spells the stop token {found!r}: the "
                                        "model would have stopped there")
+
+
+def check_written(messages, turn, target: str) -> None:
+    """A tool call or reasoning the template leaves out of the turn would train the model to answer
+    without it: refused, naming the field. (Content is not checked: templates trim or reformat it.)"""
+    for index in range(turn.first, turn.last + 1):
+        message = messages[index]
+        reasoning = next((message[k] for k in REASONING_FIELDS if isinstance(message.get(k), str)), "")
+        if reasoning.strip() and reasoning.strip() not in target:
+            raise fail(index, "the template does not write its reasoning in its turn: the model would be trained "
+                              "to answer without it")
+        for call in message.get("tool_calls") or ():
+            function = call.get("function", call) if isinstance(call, dict) else None
+            name = function.get("name") if isinstance(function, dict) else None
+            if isinstance(name, str) and name and name not in target:
+                raise fail(index, f"the template does not write its tool call {name!r} in its turn: the model would "
+                                  "be trained to answer without it")
 
 
 @dataclass
@@ -184,6 +203,7 @@ def infer_samples(messages, tools, text: str, render: Callable[..., str], stops:
             raise fail(turn.last, "no stop token closes its turn (the tokenizer's EOS, the config's end_of_turn): "
                                   "declare the template's end of turn")
         end = len(own) if stop is None else stop.end()
+        check_written(messages, turn, own[turn.prompt:end])
         span = (turn.prompt, end)
         samples.append(Sample(own, (span,), (turn.first,), int(stop is None)))
         if text[:end] == own[:end]:  # the turn as trained is the turn as generated, through its stop
