@@ -138,9 +138,9 @@ class Encoder:
                 else:
                     encodings_of = [encoding]
                 ids = [np.fromiter(e.ids, dtype=np.int32, count=len(e)) for e in encodings_of]
-                masks = [spans_to_mask(list(sample.spans), e, len(e)) for sample, e in zip(samples, encodings_of)]
-                differ = [0 if sample.declared else self._prompt_tokens_differ(sample, e, i)
-                          for sample, e, i in zip(samples, encodings_of, ids)]
+                spans = [(list(sample.spans), 0) if sample.declared else self._turn_spans(sample, e, i)
+                         for sample, e, i in zip(samples, encodings_of, ids)]
+                masks = [spans_to_mask(s, e, len(e)) for (s, _), e in zip(spans, encodings_of)]
             except MaskError as exc:
                 out.append(_unbuildable(conversation, Problem(_KINDS.get(type(exc), MASK_ERROR), str(exc))))
                 continue
@@ -152,27 +152,38 @@ class Encoder:
                                                  conversation.source, ids[part], mask,
                                                  empty_assistant_turns=0 if part else empty,
                                                  unclosed_turns=samples[part].unclosed,
-                                                 prompt_tokens_differ=differ[part],
+                                                 prompt_tokens_differ=spans[part][1],
                                                  part=part, parts=len(samples)))
         return out
 
-    def _prompt_tokens_differ(self, sample: Sample, encoding, ids: np.ndarray) -> int:
-        """Turns of the sample whose prompt, tokenized alone as at inference, is not the start of the
-        tokens trained on (the prompt's last token and the answer's first merge, Qwen3.5's `<think>\n`
-        before `\n</think>`): their targets are the tokens overlapping the turn's characters, as for
-        any span, and they are counted. Special tokens cut the text into pieces the tokenizer encodes
-        independently, so only the text after the prompt's last special token is encoded again."""
-        differ = 0
-        for start in (s for s, _ in sample.spans):
+    def _turn_spans(self, sample: Sample, encoding, ids: np.ndarray) -> tuple[list[tuple[int, int]], int]:
+        """The spans of inferred turns in token terms, and how many turns' prompts tokenize otherwise.
+
+        At inference the prompt is tokenized alone; its tokens should be the sample's first tokens, and the
+        target starts with the next one. Where the prompt ends inside a special token that takes the
+        whitespace after it (Phi-3's `<|assistant|>` with rstrip), the prompt alone ends with that token
+        too: the target starts after it. Where the prompt's tokens are not the sample's first (its last
+        token and the answer's first merge: Qwen3.5's `<think>\n` before `\n</think>`), the tokens
+        overlapping the turn's characters are targets, as for any span, and the turn is counted. Special
+        tokens cut a text into pieces tokenized independently, so the prompt's tokens are the sample's
+        through its last special token, and only the text after that one is encoded again."""
+        spans, differ = [], 0
+        for start, end in sample.spans:
             first = encoding.char_to_token(start)
-            if first is not None and encoding.token_to_chars(first)[0] == start:
+            if first is not None:
+                token_start, token_end = encoding.token_to_chars(first)
+                if token_start < start and ids[first] in self.special_ids and not sample.text[start:token_end].strip():
+                    spans.append((token_end, end))
+                    continue
                 last_special = next((k for k in range(first - 1, -1, -1) if ids[k] in self.special_ids), -1)
                 cut = encoding.token_to_chars(last_special)[1] if last_special >= 0 else 0
                 tail = self._backend.encode(sample.text[cut:start], add_special_tokens=False).ids if cut < start else []
-                if ids[last_special + 1:first].tolist() == tail:
+                if token_start == start and ids[last_special + 1:first].tolist() == tail:
+                    spans.append((start, end))
                     continue
+            spans.append((start, end))
             differ += 1
-        return differ
+        return spans, differ
 
     def encode_batch(self, batch: list[Conversation]) -> list[TokenizedConversation]:
         rendered = self.render(batch)

@@ -175,6 +175,9 @@ def infer_samples(messages, tools, text: str, render: Callable[..., str], stops:
     for i, message in enumerate(messages):
         if message.get("role") != "assistant":
             continue
+        if i == 0:  # as transformers' apply_chat_template, which refuses to render an empty conversation
+            raise fail(i, "it opens the conversation: there is no prompt to render before it (apply_chat_template "
+                          "renders no empty conversation)")
         rendered = text if i == last_message else render(messages[:i + 1], tools)
         prompt = render(messages[:i], tools, generation_prompt=True)
         if rendered.startswith(prompt):
