@@ -60,7 +60,7 @@ class Sample:
     text: str
     spans: tuple[tuple[int, int], ...]
     messages: tuple[int, ...]  # the first message of each span's turn, to name it
-    unclosed: int = 0  # its turns the render ends before any stop token (GLM's last turn)
+    unclosed: int = 0  # its turns the render ends in, before any stop token (GLM's last turn)
     declared: bool = False  # spans the template declares (generation tags) or muse_spark places, not inferred
 
 
