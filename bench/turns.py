@@ -7,7 +7,8 @@ tokenizer, on plain chat and on an agentic corpus.
 Plain chat: bench/corpus.py's conversations (Tulu-shaped), rendered by the Phi-3-mini reference tokenizer's
 own template (../shared/reference-tokenizers/phi-3-mini, `end_of_turn: <|end|>`), or the fixture tokenizer
 with the ChatML fixture template where that folder is absent. Agentic: the same text, each exchange preceded
-by 0-3 rounds of tool calls (reasoning, one or two calls, their results) in the transformers schema, on the
+by 0-3 rounds of tool calls (reasoning where the template writes it, one or two calls, their results) in the
+transformers schema, on the
 fixture tokenizer with the real Qwen2.5 template (prefix-stable: one sample per conversation) and Qwen3
 (rewrites history: expanded, one sample per turn), tests/fixtures/templates/real.
 
@@ -33,8 +34,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "bench"), str(REPO / "tests")]
 
 
-def agentic(messages: list[dict], rng: random.Random) -> list[dict]:
-    """The conversation with 0-3 tool rounds before each answer, and reasoning on the answers."""
+def agentic(messages: list[dict], rng: random.Random, reasoning: str | None) -> list[dict]:
+    """The conversation with 0-3 tool rounds before each answer, and reasoning (under the key the
+    template reads, none for a template that writes none) on the answers and calls."""
     out = []
     for message in messages:
         if message["role"] == "assistant":
@@ -42,11 +44,11 @@ def agentic(messages: list[dict], rng: random.Random) -> list[dict]:
                 calls = [{"id": f"c{k}{j}", "type": "function",
                           "function": {"name": "search", "arguments": {"q": message["content"][:40 + 10 * j]}}}
                          for j in range(rng.choice([1, 1, 2]))]
-                out.append({"role": "assistant", "content": None, "reasoning_content": message["content"][:200],
-                            "tool_calls": calls})
+                out.append({"role": "assistant", "content": None, "tool_calls": calls,
+                            **({reasoning: message["content"][:200]} if reasoning else {})})
                 out += [{"role": "tool", "tool_call_id": c["id"], "name": "search",
                          "content": message["content"][-400:]} for c in calls]
-            message = {**message, "reasoning_content": message["content"][:300]}
+            message = {**message, **({reasoning: message["content"][:300]} if reasoning else {})}
         out.append(message)
     return out
 
@@ -93,7 +95,7 @@ def main(argv=None) -> None:
     from databuild.sources.reader import Conversation
     from families import FAMILIES, KWARGS, family_tokenizer
 
-    maker, rng = ConversationMaker(20261001), random.Random(18)
+    maker = ConversationMaker(20261001)
     kinds = ["general", "math", "code", "multilingual", "general"]
     plain = [maker.messages(kinds[k % len(kinds)]) for k in range(args.conversations)]
 
@@ -113,10 +115,11 @@ def main(argv=None) -> None:
                       end_of_turn)
     results[name] = measure(encoder, batches([(m, None) for m in plain]))
     from agentic import TOOLS
-    tools_corpus = [(agentic(m, rng), TOOLS) for m in plain]
     with tempfile.TemporaryDirectory() as root:
         for family in ("qwen2_5", "qwen3"):
             spec = FAMILIES[family]
+            rng = random.Random(18)
+            tools_corpus = [(agentic(m, rng, spec.reasoning), TOOLS) for m in plain]
             tokenizer = family_tokenizer(spec, Path(root))
             encoder = Encoder(tokenizer, Renderer.for_tokenizer(tokenizer, KWARGS), "assistant", spec.stops)
             results[f"agentic, {family}"] = measure(encoder, batches(tools_corpus))

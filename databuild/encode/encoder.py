@@ -126,34 +126,44 @@ class Encoder:
 
     def finish(self, batch: list[Conversation], rendered: list[Rendered | Problem],
                encodings: list) -> list[TokenizedConversation]:
+        found = [item if isinstance(item, Problem) else self._samples_or_problem(conversation, *item)
+                 for conversation, item in zip(batch, rendered)]
+        # the samples of expanded conversations, tokenized together on the Rust threads
+        expanded = [s.text for samples, item in zip(found, rendered)
+                    if not isinstance(samples, Problem) and not _own_render(samples, item) for s in samples]
+        extra = iter(self._backend.encode_batch(expanded, add_special_tokens=False) if expanded else ())
         out = []
-        for conversation, item, encoding in zip(batch, rendered, encodings):
-            if isinstance(item, Problem):
-                out.append(_unbuildable(conversation, item))
+        for conversation, samples, item, encoding in zip(batch, found, rendered, encodings):
+            if isinstance(samples, Problem):
+                out.append(_unbuildable(conversation, samples))
                 continue
+            encodings_of = [encoding] if _own_render(samples, item) else [next(extra) for _ in samples]
             try:
-                samples = self.samples(conversation, *item)
-                if len(samples) > 1 or samples[0].text is not item[0]:  # expanded: each sample tokenized alone
-                    encodings_of = self._backend.encode_batch([s.text for s in samples], add_special_tokens=False)
-                else:
-                    encodings_of = [encoding]
-                ids = [np.fromiter(e.ids, dtype=np.int32, count=len(e)) for e in encodings_of]
-                spans = [(list(sample.spans), 0) if sample.declared else self._turn_spans(sample, e, i)
-                         for sample, e, i in zip(samples, encodings_of, ids)]
-                masks = [spans_to_mask(s, e, len(e)) for (s, _), e in zip(spans, encodings_of)]
-            except MaskError as exc:
-                out.append(_unbuildable(conversation, Problem(_KINDS.get(type(exc), MASK_ERROR), str(exc))))
-                continue
+                out += self._tokenized(conversation, samples, encodings_of)
             except MACHINE_LIMITS as exc:
                 raise _machine_limit(conversation, exc) from None
-            empty = sum(1 for m in conversation.messages if m.get("role") == "assistant" and m.get("content") == "")
-            for part, mask in enumerate(masks):
-                out.append(TokenizedConversation(conversation.position, conversation.index, conversation.id,
-                                                 conversation.source, ids[part], mask,
-                                                 empty_assistant_turns=0 if part else empty,
-                                                 unclosed_turns=samples[part].unclosed,
-                                                 prompt_tokens_differ=spans[part][1],
-                                                 part=part, parts=len(samples)))
+        return out
+
+    def _samples_or_problem(self, conversation: Conversation, text: str, generation: list | None):
+        try:
+            return self.samples(conversation, text, generation)
+        except MaskError as exc:
+            return Problem(_KINDS.get(type(exc), MASK_ERROR), str(exc))
+        except MACHINE_LIMITS as exc:
+            raise _machine_limit(conversation, exc) from None
+
+    def _tokenized(self, conversation: Conversation, samples: list[Sample],
+                   encodings: list) -> list[TokenizedConversation]:
+        empty = sum(1 for m in conversation.messages if m.get("role") == "assistant" and m.get("content") == "")
+        out = []
+        for part, (sample, encoding) in enumerate(zip(samples, encodings)):
+            ids = np.fromiter(encoding.ids, dtype=np.int32, count=len(encoding))
+            spans, differ = (list(sample.spans), 0) if sample.declared else self._turn_spans(sample, encoding, ids)
+            out.append(TokenizedConversation(conversation.position, conversation.index, conversation.id,
+                                             conversation.source, ids, spans_to_mask(spans, encoding, len(ids)),
+                                             empty_assistant_turns=0 if part else empty,
+                                             unclosed_turns=sample.unclosed, prompt_tokens_differ=differ,
+                                             part=part, parts=len(samples)))
         return out
 
     def _turn_spans(self, sample: Sample, encoding, ids: np.ndarray) -> tuple[list[tuple[int, int]], int]:
@@ -201,6 +211,11 @@ def _machine_limit(conversation: Conversation, exc: BaseException) -> BuildError
 
 
 _KINDS = {StopTokenInField: STOP_TOKEN_IN_FIELD, HistoryRewritten: HISTORY_REWRITTEN}
+
+
+def _own_render(samples, item) -> bool:
+    """Whether the samples are the one render the batch tokenized (else: one per turn, expanded)."""
+    return len(samples) == 1 and samples[0].text is item[0]
 
 
 def _unbuildable(conversation: Conversation, problem: Problem) -> TokenizedConversation:
