@@ -32,6 +32,7 @@ class Family:
     reasoning: str | None = None  # the message key the template reads reasoning from, if any
     arguments: str = "any"  # a tool call's arguments: any (an object or its JSON text), object (the template
     # iterates them)
+    rstrip: tuple[str, ...] = ()  # special tokens that take the whitespace after them (Phi-3's, in its tokenizer.json)
 
 
 FAMILIES = {f.name: f for f in [
@@ -62,7 +63,8 @@ FAMILIES = {f.name: f for f in [
                                         "<|END_RESPONSE|>"), "<|END_OF_TURN_TOKEN|>", (), bos="<BOS_TOKEN>",
            tool_calls="none"),
     Family("phi3", "phi3.jinja", ("<|system|>", "<|user|>", "<|assistant|>", "<|end|>", "<|endoftext|>"),
-           "<|endoftext|>", ("<|end|>", "<|assistant|>"), tool_calls="none"),
+           "<|endoftext|>", ("<|end|>", "<|assistant|>"), tool_calls="none",
+           rstrip=("<|system|>", "<|user|>", "<|assistant|>", "<|end|>")),
 ]}
 
 
@@ -80,8 +82,10 @@ def family_tokenizer(family: Family, tmp_path: Path):
         for token in family.tokens:
             if token not in known:
                 data["added_tokens"].append({"id": next_id, "content": token, "single_word": False, "lstrip": False,
-                                             "rstrip": False, "normalized": False, "special": True})
+                                             "rstrip": token in family.rstrip, "normalized": False, "special": True})
                 next_id += 1
+            else:
+                next(t for t in data["added_tokens"] if t["content"] == token)["rstrip"] = token in family.rstrip
         # the pre-tokenizer Llama 3 and Qwen2 ship (a newline run is one piece), not the fixture's GPT-2 split
         data["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
             {"type": "Split", "pattern": {"Regex": LLAMA3_SPLIT}, "behavior": "Isolated", "invert": False},
