@@ -1,6 +1,7 @@
-"""Where the template wrote each assistant field, proven: character offsets no strategy has to trust.
+"""Where the template wrote each assistant field, proven: character offsets no strategy has to trust
+(muse_spark's; the `assistant` strategy infers its turns instead, inference.py).
 
-The fields are the strings an assistant message carries: its reasoning (`reasoning_content`,
+The fields are the non-empty strings an assistant message carries: its reasoning (`reasoning_content`,
 `thinking`, `reasoning`), its `content`, and each tool call's function `name` and (string)
 `arguments`. The conversation is rendered a second time with every field replaced by a sentinel
 made of private-use characters absent from the rendered text; each sentinel the template writes must
