@@ -4,8 +4,9 @@ The template runs in transformers' own sandboxed Jinja environment (the one `app
 uses), with the same variables: the messages as transformers prepares them, `tools` (the
 conversation's, else None), `documents=None`, the tokenizer's special tokens, the config's
 `template_kwargs`, and no generation prompt (the `assistant` strategy's inference renders ask for
-one). One thing differs: `strftime_now`, which transformers binds to the wall clock, is bound to the pinned `current_date` (midnight UTC), so a render never
-depends on the day, time or time zone it runs in. A render can also return the character spans of
+one). One thing differs: `strftime_now`, which transformers binds to the wall clock, is bound to the
+pinned `current_date` (midnight UTC), so a render never depends on the day, time or time zone it
+runs in. A render can also return the character spans of
 the template's `{% generation %}` blocks, recorded by transformers' own tracker.
 """
 
