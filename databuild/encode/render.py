@@ -6,8 +6,8 @@ conversation's, else None), `documents=None`, the tokenizer's special tokens, th
 `template_kwargs`, and no generation prompt (the `assistant` strategy's inference renders ask for
 one). One thing differs: `strftime_now`, which transformers binds to the wall clock, is bound to the
 pinned `current_date` (midnight UTC), so a render never depends on the day, time or time zone it
-runs in. A render can also return the character spans of
-the template's `{% generation %}` blocks, recorded by transformers' own tracker.
+runs in. A render can also return the character spans of the template's `{% generation %}` blocks,
+recorded by transformers' own tracker.
 """
 
 from __future__ import annotations
