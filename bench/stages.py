@@ -70,7 +70,7 @@ def main(argv=None) -> None:
         packing = packing_for(tokenizer, config)
         encoder = Encoder(tokenizer, Renderer.for_tokenizer(tokenizer, config.template_kwargs_dict,
                                                             config.chat_template_name),
-                          config.loss_mask, config.end_of_turn)
+                          config.loss_mask, config.end_of_turn, config.history)
     files = list(inputs.source_files)
     positions = stream_positions(*inputs.selections, sum(f.rows for f in files), config.seed)
     spill_dir = tempfile.TemporaryDirectory(prefix="databuild-stages-")
@@ -90,9 +90,9 @@ def main(argv=None) -> None:
         with stage("encode_batch (Rust threads)"):
             encodings = encoder.tokenize(rendered)
         tokens += sum(len(e) for e in encodings)
-        with stage("  of which not in a build: prove placements alone"):
-            _prove_placements(encoder, batch, rendered)
-        with stage("ids + masks (Encoder.finish, placement proof included)"):
+        with stage("  of which not in a build: the strategy's spans alone"):
+            _strategy_spans(encoder, batch, rendered)
+        with stage("ids + masks (Encoder.finish, the strategy's proofs included)"):
             tokenized.extend(encoder.finish(batch, rendered, encodings))
         with stage("free the encodings"):
             del encodings
@@ -120,16 +120,17 @@ def main(argv=None) -> None:
     print(f"{'all stages but encode_batch':<52}{'':>8}{total:>8.2f}{total / tokens * 1e9:>14.1f}")
 
 
-def _prove_placements(encoder, batch, rendered) -> None:
-    """The sentinel render and check of every untagged conversation: what proving placements costs
-    (Encoder.finish does it again; this stage is left out of the total)."""
-    from databuild.encode.placement import MaskError, place_fields
+def _strategy_spans(encoder, batch, rendered) -> None:
+    """The strategy's spans of every conversation (for `assistant` without tags, the inference renders
+    and proofs; for muse_spark, the placement proof): what they cost (Encoder.finish does it again;
+    this stage is left out of the total)."""
+    from databuild.encode.placement import MaskError
     from databuild.sources.bad import Problem
 
     for conversation, item in zip(batch, rendered):
-        if not isinstance(item, Problem) and item[1] is None:
+        if not isinstance(item, Problem):
             try:
-                place_fields(conversation.messages, conversation.tools, item[0], encoder.renderer.render)
+                encoder.samples(conversation, *item)
             except MaskError:
                 pass
 

@@ -83,7 +83,7 @@ def pin(config: BuildConfig, offline: bool = False) -> Pinned:
     renderer = Renderer.for_tokenizer(tokenizer, config.template_kwargs_dict, config.chat_template_name)
     renderer.compile()
     encoder = Encoder(tokenizer, renderer, config.loss_mask, config.end_of_turn,
-                      generation_stops(inputs.tokenizer_dir, tokenizer))
+                      generation_stops(inputs.tokenizer_dir, tokenizer), config.history)
     probe(encoder)
     return Pinned(config, inputs, packing_for(tokenizer, config), encoder)
 

@@ -266,7 +266,8 @@ def test_skip_policy_counts_and_lists_every_skip(tmp_path):
     expected = [(row, reasons[row]) for row in order[:last] if row in reasons]
     listed = [(m["row"], m["reason"].split(":")[0]) for m in result.data["skipped_conversations"]]
     assert expected and listed == expected
-    assert counts["conversations_skipped"] == {"malformed": len(expected), "template_error": 0, "mask_error": 0}
+    assert counts["conversations_skipped"] == {"malformed": len(expected), "template_error": 0, "mask_error": 0,
+                                               "stop_token_in_field": 0, "history_rewritten": 0}
     assert counts["conversations_read"] == last + 1 - len(expected)
 
 
@@ -401,3 +402,39 @@ def test_invalid_utf8_is_a_malformed_conversation(tmp_path):
     assert built.data["counts"]["malformed_in_source"] == 2
     reasons = {(b["row"], b["id"], b["reason"]) for b in built.data["skipped_conversations"]}
     assert reasons <= {(2, "ok-9", "message 1: content is not valid UTF-8"), (5, "ok-\\xff", "'id' is not valid UTF-8")}
+
+
+def untagged_harmony(tmp_path: Path) -> dict:
+    """The fixture tokenizer with its harmony template untagged: it closes the last answer with <|return|>
+    and earlier ones with <|end|>, so a turn as generated (last, <|return|>) is not the turn as trained."""
+    directory = tmp_path / "untagged"
+    shutil.copytree(TOKENIZER_DIR, directory)
+    template = directory / "chat_template.jinja"
+    template.write_text(re.sub(r"\{%-?\s*(end)?generation\s*-?%\}", "", template.read_text()))
+    return {"dir": str(directory), "sha256": {n: hashlib.sha256((directory / n).read_bytes()).hexdigest()
+                                              for n in ("tokenizer.json", "tokenizer_config.json",
+                                                        "chat_template.jinja")}}
+
+
+@pytest.mark.parametrize("history", ["expand", "refuse"])
+def test_history_policy_is_applied_and_counted(tmp_path, history):
+    """A template that rewrites history: expand gives one sample (segment) per assistant turn and counts
+    the conversations and samples; refuse skips them under kind history_rewritten, by source."""
+    config = load_config(write_config(tmp_path / "c.yaml", name=f"h-{history}", loss_mask="assistant", rows=8,
+                                      tokenizer=untagged_harmony(tmp_path), history=history,
+                                      end_of_turn=["<|end|>", "<|return|>"], on_bad_conversation="skip"))
+    result = make(config, tmp_path / "out", progress=False)
+    counts, build = result.data["counts"], result.data["build"]
+    assert build["history"] == history
+    skipped = counts["conversations_skipped"]["history_rewritten"]
+    expanded = counts["history_expanded"]
+    if history == "expand":
+        assert skipped == 0 and 0 < expanded["conversations"] < expanded["samples"]
+        assert sum(v["conversations"] for v in expanded["by_source"].values()) == expanded["conversations"]
+        ids = pq.read_table(result.parquet, columns=["conversation_ids"])["conversation_ids"].to_pylist()
+        assert any(len(row) > len(set(row)) for row in ids)  # an expanded conversation's samples share its id
+        report = verify(result.parquet, gather(result.parquet))
+        assert report.failures == [] and report.exit_code == 0
+    else:
+        assert skipped > 0 and expanded["conversations"] == expanded["samples"] == 0
+        assert sum(s["conversations_skipped"]["history_rewritten"] for s in counts["sources"]) == skipped

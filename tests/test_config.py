@@ -32,6 +32,7 @@ from conftest import write_config
     ({"chat_template_name": 3}, "key 'chat_template_name' = 3: expected str"),
     ({"template_kwargs": {"tools": "x"}}, "key 'template_kwargs.tools' = 'x': apply_chat_template sets this"),
     ({"name": None}, "missing key 'name'"),
+    ({"history": "keep"}, "key 'history' = 'keep': expected one of expand, refuse"),
 ])
 def test_bad_values_are_named(tmp_path, changes, message):
     path = write_config(tmp_path / "c.yaml", **changes)

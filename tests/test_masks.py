@@ -11,6 +11,7 @@ from databuild.encode.encoder import Encoder
 from databuild.errors import BuildError
 from databuild.encode.render import Renderer
 from databuild.sources.reader import Conversation
+from inference_reference import reference_rows
 
 KWARGS = {"current_date": "2026-10-01", "reasoning_effort": "xhigh"}
 GENERATION_TAGS = re.compile(r"\{%-?\s*(end)?generation\s*-?%\}")
@@ -41,16 +42,22 @@ def transformers_mask(tokenizer, msgs, template, tools=None):
 
 
 def agrees_or_refuses(tokenizer, msgs, name, tools=None, tagged=False) -> str:
-    """'equal' when the `assistant` mask on the family's template equals transformers' generation mask
-    on its tagged form, 'mask_error' when refused; anything else fails."""
-    ours = encode(tokenizer, msgs, "assistant", family(name, tokenizer, tagged), tools=tools,
-                  end_of_turn=END_OF_TURN[name])
-    if ours.problem is not None:
-        assert ours.problem[0] == "mask_error", ours.problem
-        return "mask_error"
-    ids, mask = transformers_mask(tokenizer, msgs, family(name, tokenizer), tools)
-    assert ours.input_ids.tolist() == ids
-    assert ours.loss_mask.tolist() == mask, (msgs, name)
+    """'equal' when the `assistant` rows on the family's template equal, tagged, transformers' generation
+    mask, untagged, the inference rule recomputed from transformers' renders (inference_reference.py);
+    a refusal's kind when refused with a reason; anything else fails."""
+    template = family(name, tokenizer, tagged)
+    renderer = Renderer(template, dict(tokenizer.special_tokens_map), KWARGS)
+    parts = Encoder(tokenizer, renderer, "assistant", END_OF_TURN[name]).encode_batch(
+        [Conversation(0, 0, "c-1", "s", tuple(msgs), tools=tools)])
+    if parts[0].problem is not None:
+        assert parts[0].problem[0] in ("mask_error", "stop_token_in_field"), parts[0].problem
+        return parts[0].problem[0]
+    if tagged:
+        expected = [transformers_mask(tokenizer, msgs, template, tools)]
+    else:
+        expected = reference_rows(tokenizer, msgs, tools, {**KWARGS, "chat_template": template},
+                                  {tokenizer.eos_token, *END_OF_TURN[name]})
+    assert [(p.input_ids.tolist(), p.loss_mask.tolist()) for p in parts] == expected, (msgs, name)
     return "equal"
 
 
@@ -123,8 +130,8 @@ def test_every_fixture_conversation_muse_spark(tokenizer, source_conversations):
 @pytest.mark.parametrize("tagged", [True, False])
 def test_every_fixture_conversation_agrees_with_transformers_or_is_refused(tokenizer, source_conversations,
                                                                             template, tagged):
-    """Tagged: transformers' mask token for token. Untagged (placement, declared end of turn): the mask
-    transformers gives the tagged form, or a mask_error; never a third outcome."""
+    """Tagged: transformers' mask token for token. Untagged (inference, declared end of turn): the rule
+    recomputed from transformers' renders, or a refusal with its reason; never a third outcome."""
     outcomes = [agrees_or_refuses(tokenizer, msgs, template, tagged=tagged) for _, msgs in source_conversations]
     assert outcomes.count("equal") >= (300 if tagged else 250)
 
@@ -158,36 +165,75 @@ FOLDS_THE_NEXT_MESSAGE_IN = ("{% for m in messages %}{% if m.role == 'assistant'
                              "{% else %}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{% endif %}{% endfor %}")
 
 
-@pytest.mark.parametrize("msgs, template, end_of_turn, error", [
-    # the issue's cases: each once supervised the wrong text without a word
-    (messages(("user", "Repeat after me: OK"), ("assistant", " OK")), family("llama3_trim", tagged=False),
-     ("<|eot_id|>",), "assistant message 1: the rendered text depends on assistant content"),
-    (messages(("user", "Hi"), ("assistant", "\nSure, here it is.")), family("llama3_trim", tagged=False),
-     ("<|eot_id|>",), "assistant message 1: the rendered text depends on assistant content"),
-    (messages(("user", "yes"), ("assistant", "yes")), UPPER, ("<|im_end|>",),
-     "assistant message 1: the rendered text depends on assistant content"),
-    (messages(("user", "Hi"), ("assistant", "Hello"), ("user", "Bye")), NO_END_MARKER, ("<|im_end|>",),
-     "assistant message 1: the first special token after it ('<|im_start|>') is not a declared end of turn"),
+# Untagged, by inference (encode/inference.py): what the model writes after the generation prompt, through
+# its first stop token. Before issue 18, placement refused the trimmed, upper-cased and EOS-only cases and the
+# two that write text after the last message (it could not prove where the content went), and supervised only
+# the last answer where earlier answers are hidden.
+@pytest.mark.parametrize("msgs, template, end_of_turn, expected", [
+    # the template trims: the model, prompted with it, writes the trimmed answer
+    (messages(("user", "Repeat after me: OK"), ("assistant", " OK")), family("chatml", tagged=False).replace(
+        "message.content", "message.content | trim"), ("<|im_end|>",), [["OK<|im_end|>"]]),
+    (messages(("user", "yes"), ("assistant", "yes")), UPPER, ("<|im_end|>",), [["<|im_start|>assistant\nYES<|im_end|>"]]),
+    # no declared end of turn: the model stops on EOS only, which this template writes after the last turn
     (messages(("user", "Hi"), ("assistant", "Hello")), family("phi3", tagged=False), (),
-     "assistant message 1: the first special token after it ('<|end|>') is not a declared end of turn"),
-    (messages(("user", "Hi"), ("assistant", "Hello"), ("user", "Bye")), FOLDS_THE_NEXT_MESSAGE_IN, ("<|im_end|>",),
-     "assistant message 1: message 2 stands between its last field and its end-of-turn token"),
+     [["Hello<|end|>\n<|endoftext|>"]]),
+    # these write text after the last message, the inference prompt too: no prompt the model would answer
     (messages(("user", "Hi"), ("assistant", "Hello")), WRITES_ANSWERS_TWICE, ("<|im_end|>",),
-     "assistant message 1: the template writes its content more than once"),
+     "assistant message 1: the render with it does not start with the generation prompt before it"),
     (messages(("user", "Hi"), ("assistant", "Hello")), COUNTS_THE_LAST_ANSWER, ("<|im_end|>",),
-     "assistant message 1: the rendered text depends on assistant content"),
+     "assistant message 1: the render with it does not start with the generation prompt before it"),
+    # a hidden earlier answer: the template rewrites history, so each turn is its own sample (history: expand)
+    (messages(("user", "Hi"), ("assistant", "Hello there"), ("user", "You said: Hello there"), ("assistant", "Yes")),
+     HIDES_EARLIER_ANSWERS, ("<|im_end|>",),
+     [["<|im_start|>assistant\nHello there<|im_end|>"], ["<|im_start|>assistant\nYes<|im_end|>"]]),
+    (messages(("user", "Hi"), ("assistant", "Hello"), ("user", "Bye")), NO_END_MARKER, ("<|im_end|>",),
+     "assistant message 1: no stop token closes its turn"),
+    (messages(("user", "Hi"), ("assistant", "Hello"), ("user", "Bye")), FOLDS_THE_NEXT_MESSAGE_IN, ("<|im_end|>",),
+     "assistant message 1: no stop token closes its turn"),
+    (messages(("user", "Hi"), ("assistant", "It ends here <|im_end|> or not")), family("chatml", tagged=False),
+     ("<|im_end|>",), "assistant message 1: its content spells the stop token '<|im_end|>'"),
 ])
-def test_placements_that_cannot_be_proven_are_refused(tokenizer, msgs, template, end_of_turn, error):
-    out = encode(tokenizer, msgs, "assistant", template, end_of_turn=end_of_turn)
-    assert out.problem[0] == "mask_error" and out.problem[1].startswith(error), out.problem
-    assert len(out.input_ids) == len(out.loss_mask) == 0
+def test_untagged_targets_by_inference(tokenizer, msgs, template, end_of_turn, expected):
+    renderer = Renderer(template, dict(tokenizer.special_tokens_map), KWARGS)
+    parts = Encoder(tokenizer, renderer, "assistant", end_of_turn).encode_batch([Conversation(0, 0, "c", "s", msgs)])
+    if isinstance(expected, str):
+        assert parts[0].problem[1].startswith(expected), parts[0].problem
+        assert len(parts) == 1 and len(parts[0].input_ids) == len(parts[0].loss_mask) == 0
+    else:
+        assert [supervised_runs(tokenizer, p.input_ids, p.loss_mask) for p in parts] == expected
+        assert [(p.part, p.parts) for p in parts] == [(k, len(expected)) for k in range(len(expected))]
 
 
-def test_a_hidden_answer_quoted_by_the_user_is_not_supervised(tokenizer):
-    msgs = messages(("user", "Hi"), ("assistant", "Hello there"), ("user", "You said: Hello there"),
-                    ("assistant", "Yes"))
-    out = encode(tokenizer, msgs, "assistant", HIDES_EARLIER_ANSWERS, end_of_turn=("<|im_end|>",))
-    assert supervised_runs(tokenizer, out.input_ids, out.loss_mask) == ["Yes<|im_end|>"]
+def test_a_prompt_tokenized_otherwise_alone_is_counted(tokenizer):
+    """The fixture tokenizer's GPT-2 split cuts the prompt's "\n\n" as "\n" + "\n" before a word, but as
+    one piece at the end of the prompt alone: the answer's tokens are targets all the same, and the turn
+    is counted (manifest counts.prompt_tokens_differ); ChatML's "\n" is one piece either way."""
+    msgs = messages(("user", "Hi"), ("assistant", "OK"))
+    for name, eot, differ in [("llama3_trim", "<|eot_id|>", 1), ("chatml", "<|im_end|>", 0)]:
+        out = encode(tokenizer, msgs, "assistant", family(name, tagged=False), end_of_turn=(eot,))
+        assert supervised_runs(tokenizer, out.input_ids, out.loss_mask) == [f"OK{eot}"]
+        assert out.prompt_tokens_differ == differ
+
+
+def test_history_refuse_names_the_policy(tokenizer):
+    msgs = messages(("user", "Hi"), ("assistant", "Hello there"), ("user", "Again"), ("assistant", "Yes"))
+    renderer = Renderer(HIDES_EARLIER_ANSWERS, dict(tokenizer.special_tokens_map), KWARGS)
+    [out] = Encoder(tokenizer, renderer, "assistant", ("<|im_end|>",), history="refuse").encode_batch(
+        [Conversation(0, 0, "c", "s", msgs)])
+    assert out.problem[0] == "history_rewritten" and "history: expand" in out.problem[1]
+
+
+def test_muse_spark_refuses_tool_calls_tool_results_and_reasoning(tokenizer):
+    """The recipe's trainer supervises final-channel answers, and its template writes none of these."""
+    call = [{"type": "function", "function": {"name": "f", "arguments": "{}"}}]
+    for extra in ({"tool_calls": call}, {"thinking": "hm"}, {"reasoning_content": "hm"}):
+        msgs = ({"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo", **extra})
+        out = encode(tokenizer, msgs, "muse_spark")
+        assert out.problem[0] == "mask_error" and out.problem[1].startswith(
+            "assistant message 1: muse_spark supervises final-channel answers only"), out.problem
+    msgs = ({"role": "user", "content": "Hi"}, {"role": "tool", "content": "18C"}, {"role": "assistant", "content": "Yo"})
+    out = encode(tokenizer, msgs, "muse_spark")
+    assert out.problem[0] == "template_error" and "Unsupported role: tool" in out.problem[1]
 
 
 def test_muse_spark_refuses_a_non_harmony_template(tokenizer):
@@ -256,3 +302,28 @@ def test_a_machine_limit_stops_the_build_rather_than_skipping(tokenizer):
     renderer = Renderer(deep + tokenizer.chat_template, dict(tokenizer.special_tokens_map), KWARGS)
     with pytest.raises(BuildError, match=r"^conversation 'c-1' \(source row 0\): rendering it hit a RecursionError"):
         Encoder(tokenizer, renderer, "muse_spark").encode_batch([Conversation(0, 0, "c-1", "s", CASES["single turn"])])
+
+
+# harmony-style: an analysis message and the final answer after it, closed by <|end|> when another assistant
+# message follows, else by <|return|>; the model stops on <|return|> only (gpt-oss's generation config)
+CHANNELS = ("{% for m in messages %}{% if m.role == 'assistant' %}{{ '<|start|>assistant<|channel|>' + m.channel + "
+            "'<|message|>' + m.content }}{{ '<|end|>' if not loop.last and messages[loop.index0 + 1].role == "
+            "'assistant' else '<|return|>' }}{% else %}{{ '<|start|>' + m.role + '<|message|>' + m.content + '<|end|>' }}"
+            "{% endif %}{% endfor %}{% if add_generation_prompt %}<|start|>assistant{% endif %}")
+
+
+def test_a_run_of_assistant_messages_inference_writes_as_one_is_one_turn(tokenizer):
+    """The analysis message's prompt, followed by the final answer, is not the render with the final answer
+    (<|end|> there, <|return|> when it was last): no generation prompt stands between them, so the two are
+    one generation, supervised from the first's prompt through the final <|return|>."""
+    msgs = ({"role": "user", "content": "Hi"}, {"role": "assistant", "channel": "analysis", "content": "think"},
+            {"role": "assistant", "channel": "final", "content": "Hello"})
+    renderer = Renderer(CHANNELS, dict(tokenizer.special_tokens_map), KWARGS)
+    [out] = Encoder(tokenizer, renderer, "assistant", ("<|return|>",)).encode_batch([Conversation(0, 0, "c", "s", msgs)])
+    assert supervised_runs(tokenizer, out.input_ids, out.loss_mask) == [
+        "<|channel|>analysis<|message|>think<|end|><|start|>assistant<|channel|>final<|message|>Hello<|return|>"]
+    # with <|end|> a stop token too, the model would have stopped after the analysis: refused
+    [out] = Encoder(tokenizer, renderer, "assistant", ("<|return|>", "<|end|>")).encode_batch(
+        [Conversation(0, 0, "c", "s", msgs)])
+    assert out.problem == ("mask_error", "assistant message 2: a stop token stands in its turn before it: the model "
+                                         "would have stopped there")

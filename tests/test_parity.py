@@ -124,37 +124,23 @@ QWEN_CASES = {
         {"content": "1+1?", "role": "user"}, {"role": "assistant", "content": "2", "reasoning_content": "add"},
         {"content": "2+2?", "role": "user"}, {"role": "assistant", "content": "4", "reasoning_content": "add again"}),
 }
-# What the `assistant` strategy supervises on the untagged template: from each message's first written
-# field (content, reasoning, tool name or string arguments) to the declared end of turn.
-UNTAGGED_RUNS = {
-    "tool call with object arguments, reasoning": [
-        'Need the tool.\n</think>\n\nLet me look.\n<tool_call>\n{"name": "get_weather", "arguments": '
-        '{"city": "Paris"}}\n</tool_call><|im_end|>',
-        "Read the result.\n</think>\n\nIt is 18C and sunny.<|im_end|>"],
-    "tool call alone, string arguments": ['get_weather", "arguments": {"city": "Rome"}}\n</tool_call><|im_end|>',
-                                          "20C in Rome.<|im_end|>"],
-    "earlier reasoning dropped by the template": ["2<|im_end|>", "add again\n</think>\n\n4<|im_end|>"],
-}
 
 
 @pytest.mark.parametrize("case", sorted(QWEN_CASES))
 def test_tools_and_reasoning_on_a_qwen_style_template(tokenizer, case):
-    """Tagged: transformers' mask exactly (reasoning, tool calls and their markup are targets).
-    Untagged: the proven fields and what lies between them and the declared end of turn."""
+    """Tagged: transformers' mask exactly. Untagged: by inference, the same targets (the think opener and
+    the tool-call markup included: before issue 18 they were left out), and where the template drops an
+    earlier turn's reasoning, one sample per turn (history: expand)."""
     msgs = QWEN_CASES[case]
     assert agrees_or_refuses(tokenizer, msgs, "qwen_tools_think", TOOLS, tagged=True) == "equal"
-    out = encode(tokenizer, msgs, "assistant", family("qwen_tools_think", tagged=False), tools=TOOLS,
-                 end_of_turn=("<|im_end|>",))
-    # Not transformers' tagged mask: markup the template writes before a message's first field
-    # (`<think>\n`, `<tool_call>\n{"name": "`) is the template's, as far as spans can prove.
-    assert supervised_runs(tokenizer, out.input_ids, out.loss_mask) == UNTAGGED_RUNS[case]
+    assert agrees_or_refuses(tokenizer, msgs, "qwen_tools_think", TOOLS, tagged=False) == "equal"
 
 
-def test_a_field_the_template_changes_is_refused_not_guessed(tokenizer):
+def test_a_field_the_template_changes_is_supervised_as_written(tokenizer):
+    """Before issue 18 refused (placement could not follow the strip); the model writes the stripped form."""
     msgs = ({"content": "Hi", "role": "user"}, {"role": "assistant", "content": "Yo", "reasoning_content": "\nhm\n"})
     out = encode(tokenizer, msgs, "assistant", family("qwen_tools_think", tagged=False), end_of_turn=("<|im_end|>",))
-    assert out.problem[:2] == ("mask_error", "assistant message 1: the rendered text depends on assistant content in a "
-                                         "way character spans cannot follow")
+    assert supervised_runs(tokenizer, out.input_ids, out.loss_mask) == ["<think>\nhm\n</think>\n\nYo<|im_end|>"]
 
 
 def test_zero_token_render_leaves_no_segment(tokenizer):

@@ -1,7 +1,8 @@
-"""Property check (issue 11): over many generated conversations and four template families, the
-`assistant` mask of the untagged template either equals transformers' generation mask of the tagged
-template exactly, or the conversation is refused as a mask_error. Never a third outcome. On tagged
-templates it is always equal. The counts print with `pytest -s`."""
+"""Property check (issues 11, 18): over many generated conversations and four template families, the
+`assistant` rows of the untagged template either equal the inference rule recomputed from transformers'
+renders (tests/inference_reference.py), or the conversation is refused with a reason (mask_error,
+stop_token_in_field). Never a third outcome. On tagged templates the mask always equals transformers'
+generation mask. The counts print with `pytest -s`."""
 
 from __future__ import annotations
 
@@ -56,4 +57,4 @@ def test_report_counts():
     """Runs last in this file: prints what the two checks above saw (pytest -s shows it)."""
     for key in sorted(OUTCOMES):
         print(*key, OUTCOMES[key])
-    assert not OUTCOMES or all(outcome in ("equal", "mask_error") for _, _, outcome in OUTCOMES)
+    assert not OUTCOMES or all(outcome in ("equal", "mask_error", "stop_token_in_field") for _, _, outcome in OUTCOMES)

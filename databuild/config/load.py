@@ -28,7 +28,7 @@ def _check_date(where: str, value) -> None:
 
 TOP_KEYS = {"name", "description", "source", "sources", "tokenizer", "template_kwargs", "loss_mask", "seed",
             "row_tokens", "rows", "separator", "on_bad_conversation", "chat_template_name", "end_of_turn",
-            "packing", "packing_window", "overlong", "pad_token"}
+            "packing", "packing_window", "overlong", "pad_token", "history"}
 # What the machine can index: row offsets are int32 (seq_start_id), token counts int64, and seeds an
 # int64 for every reader of the manifest and the recipe.
 BOUNDS = {"row_tokens": 2**31 - 1, "rows": 2**63 - 1, "seed": 2**63 - 1}
@@ -70,6 +70,7 @@ def packing_keys(raw: dict, where: str) -> dict[str, Any]:
 
 def load_config(path: str | os.PathLike) -> BuildConfig:
     """Read and validate one config YAML."""
+    from ..encode.inference import DEFAULT_HISTORY, HISTORY_POLICIES
     from ..encode.masks import STRATEGIES
 
     path = Path(path)
@@ -99,6 +100,9 @@ def load_config(path: str | os.PathLike) -> BuildConfig:
     policy = _take(raw, "on_bad_conversation", str, where, "error")
     if policy not in BAD_CONVERSATION_POLICIES:
         raise _fail(where, "on_bad_conversation", policy, "expected 'error' or 'skip'")
+    history = _take(raw, "history", str, where, DEFAULT_HISTORY)
+    if history not in HISTORY_POLICIES:
+        raise _fail(where, "history", history, f"expected one of {', '.join(HISTORY_POLICIES)}")
     config = BuildConfig(
         name=_take(raw, "name", str, where),
         sources=_sources(raw, where, base),
@@ -114,6 +118,7 @@ def load_config(path: str | os.PathLike) -> BuildConfig:
         path=path.resolve(),
         chat_template_name=_take(raw, "chat_template_name", str, where, None),
         end_of_turn=_end_of_turn(raw, where),
+        history=history,
     )
     if not re.match(r"^[A-Za-z0-9._-]+$", config.name):
         raise _fail(where, "name", config.name, "use letters, digits, '.', '_' and '-' only")

@@ -77,6 +77,7 @@ class BuildConfig:
     path: Path | None = field(default=None, compare=False)
     chat_template_name: str | None = None  # one of the tokenizer's named templates; None: transformers' choice
     end_of_turn: tuple[str, ...] = ()  # special tokens closing an assistant turn, besides EOS
+    history: str = "expand"  # a template that rewrites history: expand (one sample per turn) or refuse
 
     @property
     def template_kwargs_dict(self) -> dict[str, Any]:

@@ -9,17 +9,19 @@ never the output.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
+from functools import partial
 from typing import Iterable
 
 import numpy as np
 
 from ..errors import BuildError
-from ..encode.masks import STRATEGIES, spans_to_mask
+from ..encode.inference import DEFAULT_HISTORY, HistoryRewritten, Sample, StopTokenInField, infer_samples, stop_pattern
+from ..encode.masks import check_final_answers_only, muse_spark_spans, spans_to_mask
 from ..encode.placement import MaskError, place_fields
 from ..encode.render import Renderer
-from ..sources.bad import MASK_ERROR, TEMPLATE_ERROR, Problem, shown_id
+from ..sources.bad import (HISTORY_REWRITTEN, MASK_ERROR, STOP_TOKEN_IN_FIELD, TEMPLATE_ERROR, Problem,
+                           shown_id)
 from ..sources.reader import Conversation
 
 
@@ -36,6 +38,10 @@ class TokenizedConversation:
     loss_mask: np.ndarray  # int8, 1 = target
     problem: Problem | None = None  # when it cannot be built; no tokens then
     empty_assistant_turns: int = 0  # assistant messages whose content is ""
+    unclosed_turns: int = 0  # turns the render ends in before any stop token (encode/inference.py)
+    prompt_tokens_differ: int = 0  # turns whose prompt tokenized alone is not the start of these tokens
+    part: int = 0  # its sample among those of a conversation expanded by the history policy
+    parts: int = 1  # the conversation's samples: more than one when expanded
 
 
 def switch_off_truncation_and_padding(backend) -> dict:
@@ -72,14 +78,16 @@ class Encoder:
     """Render + tokenize + mask for one batch; holds only picklable state for worker processes."""
 
     def __init__(self, tokenizer, renderer: Renderer, loss_mask: str, end_of_turn: Iterable[str] = (),
-                 stops: Iterable[str] = ()):
+                 stops: Iterable[str] = (), history: str = DEFAULT_HISTORY):
         self.renderer = renderer
         self.loss_mask = loss_mask
+        self.history = history
         special = {t.content for t in tokenizer.added_tokens_decoder.values() if t.special}
-        # longest first: where one special token is a prefix of another, the longer one is the match
-        self.special_tokens = re.compile("|".join(re.escape(t) for t in sorted(special, key=lambda t: (-len(t), t))))
+        self.special_ids = frozenset(i for i, t in tokenizer.added_tokens_decoder.items() if t.special)
         self.end_of_turn, self.end_of_turn_from = end_of_turn_tokens(tokenizer, end_of_turn, special, stops,
                                                                      all(renderer.tagged.values()))
+        self.stops = stop_pattern(self.end_of_turn)
+        self.special_tokens = stop_pattern(frozenset(special))  # for encode/ends.py's probe: the token after a turn
         self._backend = tokenizer.backend_tokenizer
         self.switched_off = switch_off_truncation_and_padding(self._backend)
 
@@ -115,33 +123,89 @@ class Encoder:
         return self._backend.encode_batch(["" if isinstance(r, Problem) else r[0] for r in rendered],
                                           add_special_tokens=False)
 
-    def spans(self, conversation: Conversation, text: str, generation: list | None) -> list[tuple[int, int]]:
-        """The strategy's spans: a tagged template's own, else from the proven places of the fields."""
+    def samples(self, conversation: Conversation, text: str, generation: list | None) -> list[Sample]:
+        """The strategy's samples: a tagged template's own spans; else, under `assistant`, the turns as
+        inference writes them (encode/inference.py); under `muse_spark`, the proven contents."""
         if generation is not None:
-            return generation
-        placed = place_fields(conversation.messages, conversation.tools, text, self.renderer.render)
-        return STRATEGIES[self.loss_mask](conversation.messages, text, placed, self.special_tokens, self.end_of_turn)
+            return [Sample(text, tuple(generation), (), declared=True)]
+        messages, render = conversation.messages, self.renderer.render
+        if self.loss_mask == "assistant":  # prefixes rendered from the messages prepared once
+            prepared, tools = self.renderer.prepare(messages, conversation.tools)
+            return infer_samples(prepared, tools, text, partial(render, prepared=True), self.stops, self.history)
+        check_final_answers_only(messages)
+        placed = place_fields(messages, conversation.tools, text, render)
+        return [Sample(text, tuple(muse_spark_spans(messages, text, placed)), (), declared=True)]
 
     def finish(self, batch: list[Conversation], rendered: list[Rendered | Problem],
                encodings: list) -> list[TokenizedConversation]:
+        found = [item if isinstance(item, Problem) else self._samples_or_problem(conversation, *item)
+                 for conversation, item in zip(batch, rendered)]
+        # the samples of expanded conversations, tokenized together on the Rust threads
+        expanded = [s.text for samples, item in zip(found, rendered)
+                    if not isinstance(samples, Problem) and not _own_render(samples, item) for s in samples]
+        extra = iter(self._backend.encode_batch(expanded, add_special_tokens=False) if expanded else ())
         out = []
-        for conversation, item, encoding in zip(batch, rendered, encodings):
-            if isinstance(item, Problem):
-                out.append(_unbuildable(conversation, item))
+        for conversation, samples, item, encoding in zip(batch, found, rendered, encodings):
+            if isinstance(samples, Problem):
+                out.append(_unbuildable(conversation, samples))
                 continue
-            ids = np.fromiter(encoding.ids, dtype=np.int32, count=len(encoding))
+            encodings_of = [encoding] if _own_render(samples, item) else [next(extra) for _ in samples]
             try:
-                spans = self.spans(conversation, *item)
-            except MaskError as exc:
-                out.append(_unbuildable(conversation, Problem(MASK_ERROR, str(exc), exc.fix)))
-                continue
+                out += self._tokenized(conversation, samples, encodings_of)
             except MACHINE_LIMITS as exc:
                 raise _machine_limit(conversation, exc) from None
-            empty = sum(1 for m in conversation.messages if m.get("role") == "assistant" and m.get("content") == "")
+        return out
+
+    def _samples_or_problem(self, conversation: Conversation, text: str, generation: list | None):
+        try:
+            return self.samples(conversation, text, generation)
+        except MaskError as exc:
+            return Problem(_KINDS.get(type(exc), MASK_ERROR), str(exc), exc.fix)
+        except MACHINE_LIMITS as exc:
+            raise _machine_limit(conversation, exc) from None
+
+    def _tokenized(self, conversation: Conversation, samples: list[Sample],
+                   encodings: list) -> list[TokenizedConversation]:
+        empty = sum(1 for m in conversation.messages if m.get("role") == "assistant" and m.get("content") == "")
+        out = []
+        for part, (sample, encoding) in enumerate(zip(samples, encodings)):
+            ids = np.fromiter(encoding.ids, dtype=np.int32, count=len(encoding))
+            spans, differ = (list(sample.spans), 0) if sample.declared else self._turn_spans(sample, encoding, ids)
             out.append(TokenizedConversation(conversation.position, conversation.index, conversation.id,
                                              conversation.source, ids, spans_to_mask(spans, encoding, len(ids)),
-                                             empty_assistant_turns=empty))
+                                             empty_assistant_turns=0 if part else empty,
+                                             unclosed_turns=sample.unclosed, prompt_tokens_differ=differ,
+                                             part=part, parts=len(samples)))
         return out
+
+    def _turn_spans(self, sample: Sample, encoding, ids: np.ndarray) -> tuple[list[tuple[int, int]], int]:
+        """The spans of inferred turns in token terms, and how many turns' prompts tokenize otherwise.
+
+        At inference the prompt is tokenized alone; its tokens should be the sample's first tokens, and the
+        target starts with the next one. Where the prompt ends inside a special token that takes the
+        whitespace after it (Phi-3's `<|assistant|>` with rstrip), the prompt alone ends with that token
+        too: the target starts after it. Where the prompt's tokens are not the sample's first (its last
+        token and the answer's first merge: Qwen3.5's `<think>\n` before `\n</think>`), the tokens
+        overlapping the turn's characters are targets, as for any span, and the turn is counted. Special
+        tokens cut a text into pieces tokenized independently, so the prompt's tokens are the sample's
+        through its last special token, and only the text after that one is encoded again."""
+        spans, differ = [], 0
+        for start, end in sample.spans:
+            first = encoding.char_to_token(start)
+            if first is not None:
+                token_start, token_end = encoding.token_to_chars(first)
+                if token_start < start and ids[first] in self.special_ids and not sample.text[start:token_end].strip():
+                    spans.append((token_end, end))
+                    continue
+                last_special = next((k for k in range(first - 1, -1, -1) if ids[k] in self.special_ids), -1)
+                cut = encoding.token_to_chars(last_special)[1] if last_special >= 0 else 0
+                tail = self._backend.encode(sample.text[cut:start], add_special_tokens=False).ids if cut < start else []
+                if token_start == start and ids[last_special + 1:first].tolist() == tail:
+                    spans.append((start, end))
+                    continue
+            spans.append((start, end))
+            differ += 1
+        return spans, differ
 
     def encode_batch(self, batch: list[Conversation]) -> list[TokenizedConversation]:
         rendered = self.render(batch)
@@ -156,6 +220,14 @@ MACHINE_LIMITS = (RecursionError, MemoryError)
 def _machine_limit(conversation: Conversation, exc: BaseException) -> BuildError:
     return BuildError(f"conversation {shown_id(conversation.id)} (source row {conversation.index}): rendering it hit a "
                       f"{type(exc).__name__}, a limit of this machine, not of the conversation; nothing was written")
+
+
+_KINDS = {StopTokenInField: STOP_TOKEN_IN_FIELD, HistoryRewritten: HISTORY_REWRITTEN}
+
+
+def _own_render(samples, item) -> bool:
+    """Whether the samples are the one render the batch tokenized (else: one per turn, expanded)."""
+    return len(samples) == 1 and samples[0].text is item[0]
 
 
 def _unbuildable(conversation: Conversation, problem: Problem) -> TokenizedConversation:

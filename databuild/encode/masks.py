@@ -6,59 +6,41 @@ close a span raises MaskError, naming the message: no build trains on a mask it 
 
 - `assistant`: on a template with `{% generation %}` tags, exactly the tagged spans (the encoder
   records them as transformers does: the template author's declaration, empty answers included).
-  Without tags, from the proven places of each assistant message's fields (placement.py): from its
-  first written field to the end of the first special token after its last one, which must be a
-  declared end-of-turn token (the tokenizer's EOS or the config's `end_of_turn`); the text before
-  that token may not hold a later message's field or content.
-- `muse_spark`: harmony-style templates. Each non-empty assistant content written as
-  `<|start|>assistant<|channel|>final<|message|>CONTENT` and closed by `<|end|>`, or by
-  `<|return|>` when it is the conversation's last message; the content and that closing token.
-  Empty content supervises nothing.
+  Without tags, what the model writes at inference after the generation prompt, through its stop
+  token (inference.py).
+- `muse_spark`: the recipe's harmony-style template, whose trainer supervises final-channel answers.
+  Each non-empty assistant content written as `<|start|>assistant<|channel|>final<|message|>CONTENT`
+  and closed by `<|end|>`, or by `<|return|>` when it is the conversation's last message; the
+  content and that closing token. Empty content supervises nothing. A conversation with a tool call,
+  a tool result or an assistant reasoning field is refused (mask_error, naming the message): the
+  recipe's template writes none of them, so nothing the model would generate for them can be
+  proven; `loss_mask: assistant` supervises them.
 """
 
 from __future__ import annotations
 
-import re
-from itertools import groupby
-from typing import Callable
-
 import numpy as np
 
 from .placement import Placed, fail
+from .transformers_private import REASONING_FIELDS
 
 Spans = list[tuple[int, int]]
 MUSE_ASSISTANT_HEADER = "<|start|>assistant<|channel|>final<|message|>"
+MUSE_REFUSED = ("tool_calls", *REASONING_FIELDS)
 
 
-def assistant_spans(messages, text: str, placed: list[Placed], special_tokens: re.Pattern,
-                    end_of_turn: frozenset[str]) -> Spans:
-    spans: Spans = []
-    groups = [list(g) for _, g in groupby(sorted(placed, key=lambda p: p.start), key=lambda p: p.message)]
-    if len({g[0].message for g in groups}) < len(groups):
-        raise fail(groups[0][0].message, "the template interleaves the fields of two assistant messages")
-    for k, fields in enumerate(groups):
-        index, last = fields[0].message, fields[-1].end
-        closing = special_tokens.search(text, last)
-        if closing is None or closing.group() not in end_of_turn:
-            found = f"'{closing.group()}'" if closing else "none"
-            fix = (f"if {found} closes the template's assistant turns, add it to end_of_turn in the config "
-                   f"(end_of_turn: [{closing.group()!r}])") if closing else None
-            raise fail(index, f"the first special token after it ({found}) is not a declared end of turn "
-                              f"({', '.join(sorted(end_of_turn))}; the config's end_of_turn adds more)", fix)
-        if k + 1 < len(groups) and groups[k + 1][0].start < closing.end():
-            raise fail(index, "its end-of-turn token comes after the next assistant message")
-        gap = text[last:closing.start()]
-        later = [j for j in range(index + 1, len(messages)) if messages[j].get("role") != "assistant"
-                 and isinstance(messages[j].get("content"), str) and messages[j]["content"]
-                 and messages[j]["content"] in gap]
-        if later:
-            raise fail(index, f"message {later[0]} stands between its last field and its end-of-turn token")
-        spans.append((fields[0].start, closing.end()))
-    return spans
+def check_final_answers_only(messages) -> None:
+    """muse_spark's refusal of what its trainer does not supervise, before anything is placed."""
+    for index, message in enumerate(messages):
+        role = message.get("role")
+        found = "a tool result" if role == "tool" else next(
+            (key for key in MUSE_REFUSED if message.get(key) is not None), None) if role == "assistant" else None
+        if found:
+            raise fail(index, f"muse_spark supervises final-channel answers only, and this message has {found} "
+                              "(tool calls, tool results and reasoning are refused: use loss_mask: assistant)")
 
 
-def muse_spark_spans(messages, text: str, placed: list[Placed], special_tokens: re.Pattern,
-                     end_of_turn: frozenset[str]) -> Spans:
+def muse_spark_spans(messages, text: str, placed: list[Placed]) -> Spans:
     spans: Spans = []
     last = len(messages) - 1
     contents = {p.message: p for p in placed if p.kind == "content"}
@@ -76,10 +58,7 @@ def muse_spark_spans(messages, text: str, placed: list[Placed], special_tokens: 
     return spans
 
 
-STRATEGIES: dict[str, Callable[..., Spans]] = {
-    "assistant": assistant_spans,
-    "muse_spark": muse_spark_spans,
-}
+STRATEGIES = ("assistant", "muse_spark")
 
 
 def spans_to_mask(spans: Spans, encoding, n_tokens: int) -> np.ndarray:

@@ -1,6 +1,7 @@
-"""Where the template wrote each assistant field, proven: character offsets no strategy has to trust.
+"""Where the template wrote each assistant field, proven: character offsets no strategy has to trust
+(muse_spark's; the `assistant` strategy infers its turns instead, inference.py).
 
-The fields are the strings an assistant message carries: its reasoning (`reasoning_content`,
+The fields are the non-empty strings an assistant message carries: its reasoning (`reasoning_content`,
 `thinking`, `reasoning`), its `content`, and each tool call's function `name` and (string)
 `arguments`. The conversation is rendered a second time with every field replaced by a sentinel
 made of private-use characters absent from the rendered text; each sentinel the template writes must
@@ -44,13 +45,16 @@ class Placed:
 
 
 def assistant_fields(messages) -> list[tuple[int, tuple, str]]:
-    """(message index, path within the message, text) of every string field of every assistant message."""
+    """(message index, path within the message, text) of every non-empty string field of every assistant
+    message: an empty field stays as it is (a sentinel there would change what a template testing for
+    emptiness writes), and the proof still covers every other field."""
     fields = []
     for index, message in enumerate(messages):
         if message.get("role") != "assistant":
             continue
-        fields += [(index, (key,), message[key]) for key in REASONING_FIELDS if isinstance(message.get(key), str)]
-        if isinstance(message.get("content"), str):
+        fields += [(index, (key,), message[key]) for key in REASONING_FIELDS
+                   if isinstance(message.get(key), str) and message[key]]
+        if isinstance(message.get("content"), str) and message["content"]:
             fields.append((index, ("content",), message["content"]))
         calls = message.get("tool_calls")
         for k, call in enumerate(calls if isinstance(calls, list) else ()):
@@ -58,7 +62,7 @@ def assistant_fields(messages) -> list[tuple[int, tuple, str]]:
             inner = ("function",) if isinstance(call, dict) and isinstance(call.get("function"), dict) else ()
             function = call["function"] if inner else call
             for key in ("name", "arguments"):
-                if isinstance(function, dict) and isinstance(function.get(key), str):
+                if isinstance(function, dict) and isinstance(function.get(key), str) and function[key]:
                     fields.append((index, ("tool_calls", k, *inner, key), function[key]))
     return fields
 

@@ -3,10 +3,11 @@
 The template runs in transformers' own sandboxed Jinja environment (the one `apply_chat_template`
 uses), with the same variables: the messages as transformers prepares them, `tools` (the
 conversation's, else None), `documents=None`, the tokenizer's special tokens, the config's
-`template_kwargs`, and no generation prompt. One thing differs: `strftime_now`, which transformers
-binds to the wall clock, is bound to the pinned `current_date` (midnight UTC), so a render never
-depends on the day, time or time zone it runs in. A render can also return the character spans of
-the template's `{% generation %}` blocks, recorded by transformers' own tracker.
+`template_kwargs`, and no generation prompt (the `assistant` strategy's inference renders ask for
+one). One thing differs: `strftime_now`, which transformers binds to the wall clock, is bound to the
+pinned `current_date` (midnight UTC), so a render never depends on the day, time or time zone it
+runs in. A render can also return the character spans of the template's `{% generation %}` blocks,
+recorded by transformers' own tracker.
 """
 
 from __future__ import annotations
@@ -145,14 +146,25 @@ class Renderer:
             self._prepared[name] = template, {**template.globals, **self.variables}
         return self._prepared[name]
 
-    def _blocks(self, messages, tools):
+    def prepare(self, messages, tools) -> tuple[list[dict], Any]:
+        """The messages and tools as the template receives them. Preparing is done message by message,
+        so a slice of the prepared messages is the prepared slice: renders of a conversation's
+        prefixes (encode/inference.py) prepare it once."""
+        return template_messages(messages), None if tools is None else transformers_private.template_tools(tools)
+
+    def _blocks(self, messages, tools, generation_prompt: bool = False, prepared: bool = False):
         template, shared = self._template(self.template_name(tools))
-        tools = None if tools is None else transformers_private.template_tools(tools)
-        variables = {**shared, "messages": template_messages(messages), "tools": tools}
+        if not prepared:
+            messages, tools = self.prepare(messages, tools)
+        variables = {**shared, "messages": messages, "tools": tools}
+        if generation_prompt:
+            variables["add_generation_prompt"] = True
         return template, transformers_private.render_blocks(template, variables)
 
-    def render(self, messages, tools=None) -> str:
-        return "".join(self._blocks(messages, tools)[1])
+    def render(self, messages, tools=None, generation_prompt: bool = False, prepared: bool = False) -> str:
+        """The training render; with `generation_prompt`, the inference render of `messages` as a prompt
+        (apply_chat_template(add_generation_prompt=True)); `prepared`: messages and tools from prepare()."""
+        return "".join(self._blocks(messages, tools, generation_prompt, prepared)[1])
 
     def render_tracked(self, messages, tools=None) -> tuple[str, list[tuple[int, int]]]:
         """The text and the character spans of its `{% generation %}` blocks, in the order they close:

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 
 class _Segments:
-    """Segment starts (stream offsets) with their conversation's id, source and stream position."""
+    """Segment starts (stream offsets) with their conversation's id, source, stream position and source row."""
 
     def __init__(self):
         self.starts: list[int] = []
@@ -64,10 +64,12 @@ def pack_rows(conversations: Iterable[TokenizedConversation], packing: Packing, 
     pieces_mask: list[np.ndarray] = []
     pending = 0  # tokens buffered, all of them after the last emitted row
     segments = _Segments()
-    last_counted = -1  # stream position of the last conversation counted: one spanning rows counts once
+    # stream position of the last conversation counted: one spanning rows, or expanded into samples
+    # (which share its position), counts once
+    last_counted = -1
     previous_last: int | None = None
     for conversation in conversations:
-        stats.conversations_read += 1
+        stats.conversations_read += conversation.part == 0
         if previous_last is not None and previous_last != separator_id:
             pieces_ids.append(separator_ids)
             pieces_mask.append(separator_mask)

@@ -90,6 +90,11 @@ def _rendered(conversations: Iterable[TokenizedConversation], stats: PackStats) 
             stats.empty_render_rows.append(conversation.index)
             continue
         stats.empty_assistant_turns += conversation.empty_assistant_turns
+        stats.unclosed_turns += conversation.unclosed_turns
+        stats.prompt_tokens_differ += conversation.prompt_tokens_differ
+        if conversation.parts > 1 and conversation.part == 0:
+            stats.history_expanded[conversation.source] += 1
+            stats.expanded_samples[conversation.source] += conversation.parts
         yield conversation
 
 

@@ -27,6 +27,8 @@ class PackStats:
     conversations_read: int = 0
     empty_renders: int = 0  # conversations the template rendered to no token: left out of the stream
     empty_assistant_turns: int = 0  # in the conversations passed to the policy
+    unclosed_turns: int = 0  # in them: turns the render ends in before any stop token
+    prompt_tokens_differ: int = 0  # in them: turns whose prompt, tokenized alone, is not a prefix of the row
     separators_inserted: int = 0
     rows_kept: int = 0
     rows_skipped_unsupervised: int = 0
@@ -35,6 +37,8 @@ class PackStats:
     padding_tokens: int = 0  # tokens of padding segments in kept rows
     overlong: Counter = field(default_factory=Counter)  # conversations longer than a row, by what was done
     conversations_by_source: Counter = field(default_factory=Counter)  # with tokens in kept rows
+    history_expanded: Counter = field(default_factory=Counter)  # by source: conversations expanded (history)
+    expanded_samples: Counter = field(default_factory=Counter)  # by source: the samples they gave
     tokens_by_source: Counter = field(default_factory=Counter)  # tokens in kept rows, padding excluded
     continued_rows: list[int] = field(default_factory=list)  # kept rows whose Row.continues
     # For the funnel (publish/funnel.py), by source row: the conversations left out as empty renders or

@@ -106,6 +106,7 @@ def build_manifest(record: BuildRecord) -> dict[str, Any]:
             "chat_template": encoder_pins.get("chat_template"),
             "end_of_turn": encoder_pins.get("end_of_turn"),
             "end_of_turn_from": encoder_pins.get("end_of_turn_from"),
+            "history": config.history,
             "packing": packing.record(),
         },
         "inputs": {
@@ -125,6 +126,9 @@ def build_manifest(record: BuildRecord) -> dict[str, Any]:
             "separators_inserted": stats.separators_inserted,
             "empty_renders": stats.empty_renders,
             "empty_assistant_turns": stats.empty_assistant_turns,
+            "unclosed_turns": stats.unclosed_turns,
+            "prompt_tokens_differ": stats.prompt_tokens_differ,
+            "history_expanded": history_expanded(stats),
             "rows_skipped": {NO_SUPERVISED_TOKEN: stats.rows_skipped_unsupervised},
             **({} if packing.policy == "concat" else {"overlong_conversations": {
                 kind: stats.overlong[kind] for kind in OVERLONG_COUNTS.values()}}),
@@ -142,6 +146,15 @@ def build_manifest(record: BuildRecord) -> dict[str, Any]:
         "row_digests": record.row_digests,
         "continued_rows": stats.continued_rows,
     }
+
+
+def history_expanded(stats: PackStats) -> dict[str, Any]:
+    """Conversations the history policy expanded into one sample per assistant turn, and their samples:
+    in all, and by the conversations' `source` (as by_source)."""
+    return {"conversations": sum(stats.history_expanded.values()), "samples": sum(stats.expanded_samples.values()),
+            "by_source": {source: {"conversations": stats.history_expanded[source],
+                                   "samples": stats.expanded_samples[source]}
+                          for source in sorted(stats.history_expanded)}}
 
 
 TAKE_RULE = "sorted(numpy.random.default_rng([seed, 1]).permutation(rows)[:selected]) per source"

@@ -25,7 +25,9 @@ if TYPE_CHECKING:
 MALFORMED = "malformed"  # the up-front check of every row refused it
 TEMPLATE_ERROR = "template_error"  # the chat template raised on it
 MASK_ERROR = "mask_error"  # the loss-mask strategy cannot place its targets
-SKIPPED_KINDS = (MALFORMED, TEMPLATE_ERROR, MASK_ERROR)
+STOP_TOKEN_IN_FIELD = "stop_token_in_field"  # an assistant field spells a stop token (encode/inference.py)
+HISTORY_REWRITTEN = "history_rewritten"  # the template rewrites history and the config says history: refuse
+SKIPPED_KINDS = (MALFORMED, TEMPLATE_ERROR, MASK_ERROR, STOP_TOKEN_IN_FIELD, HISTORY_REWRITTEN)
 OVERLONG = "overlong"  # longer than a row under overlong: error (the packer's setting, never skipped)
 
 
