@@ -56,7 +56,7 @@ def test_an_undeclared_end_of_turn_advises_end_of_turn_and_following_it_builds(t
     """Skipping would skip every conversation: the message names end_of_turn, and following it builds."""
     config = untagged_chatml(tmp_path)
     code, output = cli("make", config, "--out", tmp_path / "out")
-    assert code == 1 and "no stop token closes its turn" in output, output
+    assert code == 1 and "is not a stop token" in output, output
     assert "on_bad_conversation" not in output, output
     token = re.search(r"set end_of_turn: \['(.+?)'\] in the config", output)
     assert token and token.group(1) == "<|im_end|>", output

@@ -87,7 +87,7 @@ class Encoder:
         self.end_of_turn, self.end_of_turn_from = end_of_turn_tokens(tokenizer, end_of_turn, special, stops,
                                                                      all(renderer.tagged.values()))
         self.stops = stop_pattern(self.end_of_turn)
-        self.special_tokens = stop_pattern(frozenset(special))  # for encode/ends.py's probe: the token after a turn
+        self.special_tokens = stop_pattern(frozenset(special))  # the token after a turn, to name an undeclared end
         self._backend = tokenizer.backend_tokenizer
         self.switched_off = switch_off_truncation_and_padding(self._backend)
 
@@ -131,7 +131,8 @@ class Encoder:
         messages, render = conversation.messages, self.renderer.render
         if self.loss_mask == "assistant":  # prefixes rendered from the messages prepared once
             prepared, tools = self.renderer.prepare(messages, conversation.tools)
-            return infer_samples(prepared, tools, text, partial(render, prepared=True), self.stops, self.history)
+            return infer_samples(prepared, tools, text, partial(render, prepared=True), self.stops, self.history,
+                                 self.special_tokens)
         check_final_answers_only(messages)
         placed = place_fields(messages, conversation.tools, text, render)
         return [Sample(text, tuple(muse_spark_spans(messages, text, placed)), (), declared=True)]

@@ -1,12 +1,12 @@
 """Ends of turn a config need not declare: the tokens `generate` stops on, and a check that the
-template's own render of one exchange can be masked.
+template's own render of two exchanges can be masked.
 
 A template without `{% generation %}` tags closes an assistant turn with a token of its own
 (Phi-3's `<|end|>`, Gemma's `<end_of_turn>`), which is rarely the tokenizer's EOS. The model repo
 says which: `generation_config.json`'s `eos_token_id` (one id or a list) is what `generate` stops
 on, so a turn the model ends is a turn closed by one of them. encoder.end_of_turn_tokens takes
-them as the ends of turn when the config declares none. `probe` renders one user/assistant exchange
-and masks it as the build would: when even that is refused, every conversation would be, and the
+them as the ends of turn when the config declares none. `probe` renders two user/assistant exchanges
+and masks them as the build would: when even that is refused, every conversation would be, and the
 build stops before its first row, naming the token to declare.
 """
 
@@ -19,7 +19,10 @@ from ..errors import BuildError
 
 GENERATION_CONFIG = "generation_config.json"
 PROBE_ANSWER = "Hello"
-PROBE = ({"role": "user", "content": "Hi"}, {"role": "assistant", "content": PROBE_ANSWER})
+# Two exchanges: the first turn must close before the next message (a last turn the render ends in is
+# supervised to its end, as GLM's is: encode/inference.py), so an undeclared end of turn shows here.
+PROBE = ({"role": "user", "content": "Hi"}, {"role": "assistant", "content": PROBE_ANSWER},
+         {"role": "user", "content": "Bye"}, {"role": "assistant", "content": "Goodbye"})
 
 
 def generation_stops(directory: Path, tokenizer) -> tuple[str, ...]:
@@ -57,7 +60,7 @@ def probe_problem(encoder) -> tuple[str, str | None] | None:
     if out.problem is None or out.problem.kind != MASK_ERROR:
         return None  # masked, or a template that wants more than this exchange: the conversations will tell
     text = encoder.renderer.render(PROBE)
-    closing = encoder.special_tokens.search(text, text.rfind(PROBE_ANSWER) + len(PROBE_ANSWER))
+    closing = encoder.special_tokens.search(text, text.find(PROBE_ANSWER) + len(PROBE_ANSWER))
     return out.problem.reason, closing.group() if closing else None
 
 
@@ -70,5 +73,5 @@ def probe(encoder) -> None:
     reason, closing = found
     fix = (f"set end_of_turn: ['{closing}'] in the config (the token that closes its assistant turns)"
            if closing else "use a template with {% generation %} tags, or loss_mask: muse_spark for harmony templates")
-    raise BuildError(f"the loss mask refuses the template's own render of one user/assistant exchange, so every "
+    raise BuildError(f"the loss mask refuses the template's own render of two user/assistant exchanges, so every "
                      f"conversation would be refused the same way ({reason}); {fix}")

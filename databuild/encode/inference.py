@@ -164,8 +164,24 @@ def _without_reasoning(message: dict) -> dict:
     return {k: v for k, v in message.items() if k not in REASONING_FIELDS}
 
 
+def _check_unclosed(messages, index: int, text: str, prompt: int, special: re.Pattern | None) -> None:
+    """A last turn the render ends in is unclosed (GLM's) only where nothing special follows its content:
+    a special token the template writes after the answer (ChatML's `<|im_end|>`, undeclared) is the
+    template's end of turn, and the turn is refused naming it, as the earlier turns would be."""
+    content = messages[index].get("content")
+    if special is None or not isinstance(content, str):  # no content (a tool call alone): nothing to go by
+        return
+    after = text.rfind(content, prompt) if content else prompt
+    closing = special.search(text, after + len(content)) if after >= 0 else None
+    if closing is not None:
+        raise fail(index, f"the first special token after it ({closing.group()!r}) is not a stop token (the "
+                          "tokenizer's EOS, the config's end_of_turn)",
+                   f"if {closing.group()!r} closes the template's assistant turns, set end_of_turn: "
+                   f"[{closing.group()!r}] in the config")
+
+
 def infer_samples(messages, tools, text: str, render: Callable[..., str], stops: re.Pattern,
-                  history: str) -> list[Sample]:
+                  history: str, special: re.Pattern | None = None) -> list[Sample]:
     """The conversation's targets by the rule above: one sample (the render itself) when every turn
     as generated is a prefix of the render; else, under history `expand`, one sample per turn.
     Raises MaskError (StopTokenInField, HistoryRewritten) naming the message."""
@@ -201,8 +217,10 @@ def infer_samples(messages, tools, text: str, render: Callable[..., str], stops:
         elif (own := _closed_by_next(messages, turn, tools, text, render, stops)) is not None:
             stop = stops.match(own, len(turn.text))
         elif turn.last == last_message and turn.text == text:
+            _check_unclosed(messages, turn.last, text, turn.prompt, special)
             own = text  # the render ends in the turn: supervised to its end, counted as unclosed
         else:
+            _check_unclosed(messages, turn.last, turn.text, turn.prompt, special)  # names the token, where one follows
             raise fail(turn.last, "no stop token closes its turn (the tokenizer's EOS, the config's end_of_turn): "
                                   "declare the template's end of turn (end_of_turn in the config)")
         end = len(own) if stop is None else stop.end()
