@@ -53,7 +53,8 @@ CALLS_FIRST = (
     "{%- endfor -%}"
     "{{- m.content + '<|im_end|>\\n' -}}"
     "{%- else -%}{{- m.content + '<|im_end|>\\n' -}}{%- endif -%}"
-    "{%- endfor -%}")
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}")
 CALL = {"type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
 
 
@@ -71,7 +72,8 @@ def test_fields_written_out_of_field_order_are_placed_in_text_order(tokenizer):
     encoder = Encoder(tokenizer, renderer, "assistant", ("<|im_end|>",))
     [out] = encoder.encode_batch([Conversation(0, 0, "c", "s", chat)])
     assert out.problem is None, out.problem
-    # The targets, read back token by token: from each assistant message's first written field to its end of turn.
+    # The targets, read back token by token: by inference (issue 18), what follows each generation prompt
+    # through the end of turn, the tool call written before the content included.
     runs, start = [], None
     for i, m in enumerate(out.loss_mask):
         if m and start is None:
@@ -81,4 +83,4 @@ def test_fields_written_out_of_field_order_are_placed_in_text_order(tokenizer):
             start = None
     if start is not None:
         runs.append(tokenizer.decode(out.input_ids[start:]))
-    assert runs == ['{"city": "Paris"} @get_weather</tool_call>Checking.<|im_end|>', "It is 18C.<|im_end|>"], runs
+    assert runs == ['<tool_call>{"city": "Paris"} @get_weather</tool_call>Checking.<|im_end|>', "It is 18C.<|im_end|>"], runs

@@ -164,14 +164,20 @@ def _without_reasoning(message: dict) -> dict:
     return {k: v for k, v in message.items() if k not in REASONING_FIELDS}
 
 
-def _check_unclosed(messages, index: int, text: str, prompt: int, special: re.Pattern | None) -> None:
+def _check_unclosed(messages, index: int, text: str, prompt: int, special: re.Pattern | None,
+                    render: Callable[..., str], tools) -> None:
     """A last turn the render ends in is unclosed (GLM's) only where nothing special follows its content:
     a special token the template writes after the answer (ChatML's `<|im_end|>`, undeclared) is the
-    template's end of turn, and the turn is refused naming it, as the earlier turns would be."""
-    content = messages[index].get("content")
-    if special is None or not isinstance(content, str):  # no content (a tool call alone): nothing to go by
-        return
-    after = text.rfind(content, prompt) if content else prompt
+    template's end of turn, and the turn is refused naming it, as the earlier turns would be. An empty
+    answer is looked at as the template writes a one-word one (one more render, in this case alone)."""
+    message = messages[index]
+    content = message.get("content")
+    if special is None or not isinstance(content, str) or message.get("tool_calls"):
+        return  # nothing to go by: no content, or tool calls the template may write after it
+    if not content:
+        content = "Answer"
+        text = render([*messages[:index], {**message, "content": content}], tools)
+    after = text.rfind(content, prompt)
     closing = special.search(text, after + len(content)) if after >= 0 else None
     if closing is not None:
         raise fail(index, f"the first special token after it ({closing.group()!r}) is not a stop token (the "
@@ -217,10 +223,10 @@ def infer_samples(messages, tools, text: str, render: Callable[..., str], stops:
         elif (own := _closed_by_next(messages, turn, tools, text, render, stops)) is not None:
             stop = stops.match(own, len(turn.text))
         elif turn.last == last_message and turn.text == text:
-            _check_unclosed(messages, turn.last, text, turn.prompt, special)
+            _check_unclosed(messages, turn.last, text, turn.prompt, special, render, tools)
             own = text  # the render ends in the turn: supervised to its end, counted as unclosed
         else:
-            _check_unclosed(messages, turn.last, turn.text, turn.prompt, special)  # names the token, where one follows
+            _check_unclosed(messages, turn.last, turn.text, turn.prompt, special, render, tools)  # names the token, if any
             raise fail(turn.last, "no stop token closes its turn (the tokenizer's EOS, the config's end_of_turn): "
                                   "declare the template's end of turn (end_of_turn in the config)")
         end = len(own) if stop is None else stop.end()
