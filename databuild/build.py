@@ -43,7 +43,8 @@ from .encode.render import Renderer, load_tokenizer
 from .sources.bad import (OVERLONG, SKIPPED_KINDS, BadConversation, Problem, bad_conversation, buildable, marked,
                           on_bad_conversation, refusal, template_wide)
 from .sources.reader import Conversation
-from .sources.spill import Spill, expected_prefix, remove_stale_spill_folders, spill_folder
+from .sources.spill import Spill, expected_prefix
+from .sources.spill_folder import remove_stale_spill_folders, spill_folder
 from .rowfile.write import WRITER_OPTIONS, partial_path, partials, publish, rows_per_group, write_rows
 
 DEFAULT_BATCH = 256

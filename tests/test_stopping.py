@@ -18,7 +18,7 @@ import pytest
 
 from conftest import REPO, TINY, TINY_CONFIG, TINY_LOCK
 from databuild.build import make
-from databuild.sources.spill import OWNER_FILE, spill_folder
+from databuild.sources.spill_folder import OWNER_FILE, spill_folder
 
 # The CLI's make with a pause planted where the test stops it: PAUSE is "spill" (the first pass over the
 # source, read one row at a time so that it takes seconds) or "encode" (after the first conversations are

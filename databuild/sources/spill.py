@@ -17,12 +17,6 @@ is the same whatever the prefix, the window, the number of passes or the order f
 from __future__ import annotations
 
 import json
-import logging
-import os
-import re
-import shutil
-import socket
-import tempfile
 import threading
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
@@ -41,8 +35,6 @@ from ..executors.cores import available_cores
 from ..sources.bad import BadConversation
 from ..sources.reader import COLUMNS, RECORD_COUNTS, Conversation, SourceFile, check_batch, iter_batches, with_valid_utf8
 
-SPILL_PREFIX = "databuild-"
-OWNER_FILE = "owner.json"
 PARTS_PER_THREAD = 4  # parts of the source per thread in a pass: small enough to even out the threads' loads
 # Message bytes per token the first pass provides for: about twice what BPE tokenizers average
 # on English, code and mixed text (~3-4). Falling short costs a pass, never a different row.
@@ -189,70 +181,6 @@ def _parts(files: list[SourceFile], count: int) -> list[tuple[SourceFile, range]
         if first < metadata.num_row_groups:
             parts.append((file, range(first, metadata.num_row_groups)))
     return parts
-
-
-def spill_folder() -> tempfile.TemporaryDirectory:
-    """A new folder for the bucket files in $TMPDIR, `databuild-HOST-PID-XXXXXXXX`, holding `owner.json`
-    ({host, pid, started, boot}), which `stale_spill_folders` reads."""
-    host = socket.gethostname()
-    folder = tempfile.TemporaryDirectory(prefix=f"{SPILL_PREFIX}{re.sub(r'[^A-Za-z0-9.]', '_', host)}-{os.getpid()}-")
-    owner = {"host": host, "pid": os.getpid(), "started": _started(os.getpid()), "boot": _boot_id()}
-    (Path(folder.name) / OWNER_FILE).write_text(json.dumps(owner), encoding="utf-8")
-    return folder
-
-
-def remove_stale_spill_folders() -> None:
-    """Remove the spill folders in $TMPDIR of this host's builds that are gone, each said in a line."""
-    for path, owner in stale_spill_folders(Path(tempfile.gettempdir())):
-        shutil.rmtree(path, ignore_errors=True)
-        logging.getLogger(__name__).warning(f"removed {path}: spill of a build stopped before it could clean up "
-                                            f"(pid {owner['pid']} on {owner['host']}, gone)")
-
-
-def stale_spill_folders(directory: Path) -> list[tuple[Path, dict]]:
-    """Spill folders in `directory` whose owner (per its owner.json) was a process of this host that is
-    gone: not running, or its pid now another process's (another start time, or the host rebooted).
-    A folder with no readable owner.json (one being made, or of an older databuild) is left alone."""
-    host, boot, stale = socket.gethostname(), _boot_id(), []
-    for path in sorted(directory.glob(f"{SPILL_PREFIX}*")):
-        try:
-            owner = json.loads((path / OWNER_FILE).read_text(encoding="utf-8"))
-            pid = int(owner["pid"])
-        except (OSError, ValueError, TypeError, KeyError):
-            continue
-        if owner.get("host") != host:
-            continue
-        rebooted = boot is not None and owner.get("boot") not in (None, boot)
-        reused = owner.get("started") is not None and _started(pid) not in (None, owner["started"])
-        if rebooted or reused or not _running(pid):
-            stale.append((path, owner))
-    return stale
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
-
-
-def _started(pid: int) -> int | None:
-    """When process `pid` started, in clock ticks since boot (Linux); None where it cannot be told."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return int(stat[stat.rindex(")") + 2:].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def _boot_id() -> str | None:
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return None
 
 
 def _read_bucket(path: Path) -> Iterator[Conversation]:
