@@ -110,8 +110,12 @@ def test_a_worker_build_error_is_one_line(ray_instance):
 
 def test_any_other_worker_error_is_one_line_too(ray_instance):
     encoder, conversations = _tiny_stream()
-    encoder.loss_mask = "no-such-strategy"  # a KeyError inside the worker: a bug, still not a remote traceback
-    with pytest.raises(BuildError, match="^a Ray worker failed: KeyError: 'no-such-strategy'$"):
+    # A bug inside the worker (the inferred strategy, on the template taken as untagged, given no stop
+    # tokens: an AttributeError), still not a remote traceback.
+    encoder.loss_mask, encoder.stops = "assistant", None
+    encoder.renderer.tagged = dict.fromkeys(encoder.renderer.tagged, False)
+    with pytest.raises(BuildError, match="^a Ray worker failed: AttributeError: 'NoneType' object has no attribute "
+                                         "'search'$"):
         list(ray_encode_stream(conversations(), encoder, 16, 2, None))
 
 
