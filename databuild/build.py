@@ -190,8 +190,9 @@ def ran_out(written: int, rows: int, stats: PackStats, skipped: list[BadConversa
         (stats.empty_renders, "rendered to no token")) if n]
     fates += [f"{kinds[kind]} skipped as {kind}" for kind in SKIPPED_KINDS if kinds[kind]]
     total = stats.conversations_read + stats.empty_renders + len(skipped)
-    if template_wide(skipped, written):
-        fix = template_wide(skipped, written).removeprefix("; ")
+    wide = template_wide(skipped, written)
+    if wide:
+        fix = wide.removeprefix("; ")
     elif len(skipped) > max(packed, dropped):
         first = skipped[0]
         fix = f"most were skipped; the first, {first.message()}" + (f"; {first.problem.fix}" if first.problem.fix else "")
