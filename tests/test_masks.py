@@ -327,3 +327,12 @@ def test_a_run_of_assistant_messages_inference_writes_as_one_is_one_turn(tokeniz
         [Conversation(0, 0, "c", "s", msgs)])
     assert out.problem[:2] == ("mask_error", "assistant message 2: a stop token stands in its turn before it: the model "
                                          "would have stopped there")
+
+
+def test_an_empty_set_of_stop_tokens_matches_nothing():
+    """A tokenizer without EOS or special tokens and no end_of_turn: no stop, rather than an empty match
+    at every position (which would close every turn where it starts)."""
+    from databuild.encode.inference import stop_pattern
+
+    assert stop_pattern(frozenset()).search("<|im_end|> any text") is None
+    assert stop_pattern(frozenset({"<|a|>", "<|a|>b"})).search("x<|a|>b").group() == "<|a|>b"

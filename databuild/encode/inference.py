@@ -65,6 +65,9 @@ class Sample:
 
 
 def stop_pattern(stops: frozenset[str]) -> re.Pattern:
+    """A pattern matching any of `stops` (none matches nothing, never the empty string)."""
+    if not stops:
+        return re.compile(r"(?!)")
     # longest first: where one stop token is a prefix of another, the longer one is the match
     return re.compile("|".join(re.escape(t) for t in sorted(stops, key=lambda t: (-len(t), t))))
 
