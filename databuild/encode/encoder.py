@@ -127,7 +127,7 @@ class Encoder:
         """The strategy's samples: a tagged template's own spans; else, under `assistant`, the turns as
         inference writes them (encode/inference.py); under `muse_spark`, the proven contents."""
         if generation is not None:
-            return [Sample(text, tuple(generation), (), declared=True)]
+            return [Sample(text, tuple(generation), declared=True)]
         messages, render = conversation.messages, self.renderer.render
         if self.loss_mask == "assistant":  # prefixes rendered from the messages prepared once
             prepared, tools = self.renderer.prepare(messages, conversation.tools)
@@ -135,7 +135,7 @@ class Encoder:
                                  self.special_tokens)
         check_final_answers_only(messages)
         placed = place_fields(messages, conversation.tools, text, render)
-        return [Sample(text, tuple(muse_spark_spans(messages, text, placed)), (), declared=True)]
+        return [Sample(text, tuple(muse_spark_spans(messages, text, placed)), declared=True)]
 
     def finish(self, batch: list[Conversation], rendered: list[Rendered | Problem],
                encodings: list) -> list[TokenizedConversation]:

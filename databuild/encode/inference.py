@@ -59,7 +59,6 @@ class Sample:
     every turn; an expanded conversation gives one sample per turn."""
     text: str
     spans: tuple[tuple[int, int], ...]
-    messages: tuple[int, ...]  # the first message of each span's turn, to name it
     unclosed: int = 0  # its turns the render ends in, before any stop token (GLM's last turn)
     declared: bool = False  # spans the template declares (generation tags) or muse_spark places, not inferred
 
@@ -225,17 +224,16 @@ def infer_samples(messages, tools, text: str, render: Callable[..., str], stops:
             own = turn.text
         elif (own := _closed_by_next(messages, turn, tools, text, render, stops)) is not None:
             stop = stops.match(own, len(turn.text))
-        elif turn.last == last_message and turn.text == text:
-            _check_unclosed(messages, turn.last, text, turn.prompt, special, render, tools)
-            own = text  # the render ends in the turn: supervised to its end, counted as unclosed
         else:
             _check_unclosed(messages, turn.last, turn.text, turn.prompt, special, render, tools)  # names the token, if any
-            raise fail(turn.last, "no stop token closes its turn (the tokenizer's EOS, the config's end_of_turn): "
-                                  "declare the template's end of turn (end_of_turn in the config)")
+            if not (turn.last == last_message and turn.text == text):
+                raise fail(turn.last, "no stop token closes its turn (the tokenizer's EOS, the config's end_of_turn): "
+                                      "declare the template's end of turn (end_of_turn in the config)")
+            own = text  # the render ends in the turn: supervised to its end, counted as unclosed
         end = len(own) if stop is None else stop.end()
         check_written(messages, turn, own[turn.prompt:end])
         span = (turn.prompt, end)
-        samples.append(Sample(own, (span,), (turn.first,), int(stop is None)))
+        samples.append(Sample(own, (span,), int(stop is None)))
         if text[:end] == own[:end]:  # the turn as trained is the turn as generated, through its stop
             whole.append(span)
         elif history == "refuse":
@@ -243,5 +241,5 @@ def infer_samples(messages, tools, text: str, render: Callable[..., str], stops:
                                    "differently in the whole conversation than when it was generated); history: "
                                    "expand builds one sample per turn")
     if len(whole) == len(turns):
-        return [Sample(text, tuple(whole), tuple(turn.first for turn in turns), sum(s.unclosed for s in samples))]
+        return [Sample(text, tuple(whole), sum(s.unclosed for s in samples))]
     return samples

@@ -19,8 +19,9 @@ from typing import Any
 
 import pyarrow as pa
 
+from ..encode.transformers_private import REASONING_FIELDS
+
 ROLES = ("system", "developer", "user", "assistant", "tool")
-REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")  # transformers' _REASONING_FIELDS
 EXTRA_FIELDS = ("tool_calls", "tool_call_id", "name") + REASONING_FIELDS  # beside role and content
 TOOL_CALL_KEYS = ("id", "type", "function")
 
