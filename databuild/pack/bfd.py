@@ -119,7 +119,6 @@ def pack_rows(conversations: Iterable[TokenizedConversation], packing: Packing, 
     """Rows with at least one target token, window by window; the caller stops when it has enough."""
     window, taken = [], 0
     for conversation in conversations:
-        stats.conversations_read += conversation.part == 0
         taken += 1
         item = _item(conversation, packing, stats)
         if item is not None:

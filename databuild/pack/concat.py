@@ -24,20 +24,18 @@ if TYPE_CHECKING:
 
 
 class _Segments:
-    """Segment starts (stream offsets) with their conversation's id, source, stream position and source row."""
+    """Segment starts (stream offsets) with their conversation's id, source and source row."""
 
     def __init__(self):
         self.starts: list[int] = []
         self.ids: list[str] = []
         self.sources: list[str] = []
-        self.positions: list[int] = []
         self.indices: list[int] = []  # source rows
 
     def add(self, start: int, conversation: TokenizedConversation) -> None:
         self.starts.append(start)
         self.ids.append(conversation.id)
         self.sources.append(conversation.source)
-        self.positions.append(conversation.position)
         self.indices.append(conversation.index)
 
     def row(self, low: int, high: int) -> tuple[list[int], slice]:
@@ -50,7 +48,7 @@ class _Segments:
     def drop_before(self, offset: int) -> None:
         """Forget segments that end before offset, rebasing the rest so offset becomes 0."""
         keep = max(int(np.searchsorted(self.starts, offset, side="right")) - 1, 0)
-        for name in ("ids", "sources", "positions", "indices"):
+        for name in ("ids", "sources", "indices"):
             setattr(self, name, getattr(self, name)[keep:])
         self.starts = [s - offset for s in self.starts[keep:]]
 
@@ -64,12 +62,8 @@ def pack_rows(conversations: Iterable[TokenizedConversation], packing: Packing, 
     pieces_mask: list[np.ndarray] = []
     pending = 0  # tokens buffered, all of them after the last emitted row
     segments = _Segments()
-    # stream position of the last conversation counted: one spanning rows, or expanded into samples
-    # (which share its position), counts once
-    last_counted = -1
     previous_last: int | None = None
     for conversation in conversations:
-        stats.conversations_read += conversation.part == 0
         if previous_last is not None and previous_last != separator_id:
             pieces_ids.append(separator_ids)
             pieces_mask.append(separator_mask)
@@ -93,8 +87,7 @@ def pack_rows(conversations: Iterable[TokenizedConversation], packing: Packing, 
             if not row_mask.any():
                 stats.count_skipped(row)
                 continue
-            stats.count_kept(row, first_new=int(segments.positions[which.start] <= last_counted))
-            last_counted = segments.positions[which.stop - 1]
+            stats.count_kept(row)
             yield row
         pieces_ids, pieces_mask = [ids[full:]], [mask[full:]]
         pending -= full

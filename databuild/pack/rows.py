@@ -19,13 +19,12 @@ class Row:
     conversation_ids: tuple[str, ...]  # one per segment: whose tokens start at seq_start_id[k]; "" = padding
     sources: tuple[str, ...]  # the source of each segment's conversation ("" for padding)
     continues: bool  # its first segment's conversation began in an earlier row (kept or skipped)
-    source_rows: tuple[int, ...] = ()  # each segment's conversation as its source row (Conversation.index); -1 padding
+    source_rows: tuple[int, ...]  # each segment's conversation as its source row (Conversation.index); -1 padding
 
 
 @dataclass
 class PackStats:
-    conversations_read: int = 0
-    empty_renders: int = 0  # conversations the template rendered to no token: left out of the stream
+    conversations_read: int = 0  # conversations handed to the policy (an expanded one once, not per sample)
     empty_assistant_turns: int = 0  # in the conversations passed to the policy
     unclosed_turns: int = 0  # in them: turns the render ends in before any stop token
     prompt_tokens_differ: int = 0  # in them: turns whose prompt, tokenized alone, is not a prefix of the row
@@ -36,7 +35,7 @@ class PackStats:
     supervised_tokens_kept: int = 0
     padding_tokens: int = 0  # tokens of padding segments in kept rows
     overlong: Counter = field(default_factory=Counter)  # conversations longer than a row, by what was done
-    conversations_by_source: Counter = field(default_factory=Counter)  # with tokens in kept rows
+    conversations_by_source: Counter = field(default_factory=Counter)  # with tokens in kept rows, each once
     history_expanded: Counter = field(default_factory=Counter)  # by source: conversations expanded (history)
     expanded_samples: Counter = field(default_factory=Counter)  # by source: the samples they gave
     tokens_by_source: Counter = field(default_factory=Counter)  # tokens in kept rows, padding excluded
@@ -48,25 +47,30 @@ class PackStats:
     in_kept_rows: set[int] = field(default_factory=set)
     in_skipped_rows: set[int] = field(default_factory=set)
 
+    @property
+    def empty_renders(self) -> int:
+        """Conversations the template rendered to no token: left out of the stream."""
+        return len(self.empty_render_rows)
+
     def count_skipped(self, row: Row) -> None:
         """Tally a row skipped for having no target."""
         self.rows_skipped_unsupervised += 1
         self.in_skipped_rows.update(i for i in row.source_rows if i >= 0)
 
-    def count_kept(self, row: Row, first_new: int = 0) -> None:
-        """Tally a kept row; its segments from `first_new` on are conversations not counted before
-        (a conversation spanning rows counts once)."""
+    def count_kept(self, row: Row) -> None:
+        """Tally a kept row. A conversation counts once, by its source row, in the first kept row that
+        holds it: one spanning rows, or expanded into samples by the history policy, is one."""
         if row.continues:
             self.continued_rows.append(self.rows_kept)
         self.rows_kept += 1
-        self.in_kept_rows.update(i for i in row.source_rows if i >= 0)
         self.tokens_kept += len(row.input_ids)
         self.supervised_tokens_kept += int(row.loss_mask.sum(dtype=np.int64))
         lengths = np.diff(np.append(row.seq_start_id, len(row.input_ids)))
-        for k, (source, conversation, length) in enumerate(zip(row.sources, row.conversation_ids, lengths)):
+        for source, conversation, length, index in zip(row.sources, row.conversation_ids, lengths, row.source_rows):
             if conversation == PADDING_ID:
                 self.padding_tokens += int(length)
                 continue
             self.tokens_by_source[source] += int(length)
-            if k >= first_new:
+            if index not in self.in_kept_rows:
+                self.in_kept_rows.add(index)
                 self.conversations_by_source[source] += 1

@@ -15,23 +15,24 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..sources.bad import SKIPPED_KINDS
+import numpy as np
+
+from ..sources.bad import OVERLONG, SKIPPED_KINDS
 
 if TYPE_CHECKING:
     from .manifest import BuildRecord
 
-OVERLONG, EMPTY_RENDER = "overlong", "empty_render"
+EMPTY_RENDER = "empty_render"
 BOXES = ("rows", "not_taken", "taken", "not_reached", "read", "packed", "in_kept_rows", "in_rows_without_target",
          "not_written")  # the counts of an entry, besides `dropped` (by kind)
 
 
 def _per_source(firsts: list[int], rows, sources: int) -> list[int]:
+    """How many of `rows` (source rows, any order) each source holds."""
     from ..sources.mixture import source_of
 
-    counts = [0] * sources
-    for number in source_of(firsts, sorted(rows)).tolist() if rows else []:
-        counts[number] += 1
-    return counts
+    found = source_of(firsts, np.fromiter(rows, np.int64, len(rows)))
+    return np.bincount(found, minlength=sources).tolist()
 
 
 def funnel(record: BuildRecord) -> dict[str, Any]:
@@ -43,7 +44,9 @@ def funnel(record: BuildRecord) -> dict[str, Any]:
     n = len(inputs.sources)
     kinds = list(SKIPPED_KINDS) + sorted({b.kind for b in skipped} - set(SKIPPED_KINDS)) + [OVERLONG, EMPTY_RENDER]
     dropped_rows = {kind: [b.index for b in skipped if b.kind == kind] for kind in kinds}
-    dropped_rows[OVERLONG] = stats.overlong_dropped_rows
+    # an expanded conversation some of whose samples were dropped as overlong is dropped only if none
+    # of its samples reached a row (a conversation is in one box)
+    dropped_rows[OVERLONG] = set(stats.overlong_dropped_rows) - stats.in_kept_rows - stats.in_skipped_rows
     dropped_rows[EMPTY_RENDER] = stats.empty_render_rows
     dropped = {kind: _per_source(firsts, rows, n) for kind, rows in dropped_rows.items()}
     # the stream's first positions, in permutation order: every conversation the packer was handed
