@@ -484,3 +484,23 @@ def test_plain_chat_rows_show_no_marks(tiny_build):
 
     shown = run_cli("show", str(tiny_build.parquet), "--row", "5", "--color", "never").stdout
     assert "[[" in shown and "⟨" not in shown
+
+
+def test_a_sharegpt_batch_with_a_function_call_and_bytes_that_are_not_utf8_reads_without_raising():
+    """Only the function_call items are read into Python: another message of the batch that is not UTF-8
+    keeps its bytes for the reader to refuse as malformed, row by row (it raised UnicodeDecodeError, a
+    traceback, when the whole batch was read into Python)."""
+    import pyarrow as pa
+
+    from databuild.sources.formats import FORMATS
+
+    text = lambda values: pa.array(values, pa.binary()).view(pa.string())  # noqa: E731
+    call = json.dumps({"name": "get_weather", "arguments": {"city": "Paris"}}).encode()
+    values = [b"weather?", call, b"18C", b"hi", b"bad \xc3("]
+    turns = pa.StructArray.from_arrays([pa.array(["human", "function_call", "observation", "human", "gpt"]),
+                                        text(values)], names=["from", "value"])
+    conversations = pa.ListArray.from_arrays(pa.array([0, 3, 5], pa.int32()), turns)
+    flat = FORMATS["sharegpt"].to_messages(pa.record_batch({"conversations": conversations}))
+    assert flat.contents[1].as_py() is None
+    assert json.loads(flat.fields[1].as_py())["tool_calls"][0]["function"]["name"] == "get_weather"
+    assert flat.contents.view(pa.binary())[4].as_py() == b"bad \xc3("

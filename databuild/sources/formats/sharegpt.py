@@ -93,20 +93,26 @@ class ShareGPT(MessageColumn):
         if not len(items):
             return flat
         taken = pa.array(items)
-        contents, fields = flat.contents.to_pylist(), flat.fields.to_pylist()
-        problems = dict(flat.problems)
-        for item, value in zip(items.tolist(), python_values(flat.contents.take(taken))):
+        problems, replaced, texts = dict(flat.problems), np.zeros(len(flat.contents), bool), []
+        # Only the function_call items are read into Python: the rest keep their Arrow bytes (a string that
+        # is not UTF-8 there is the reader's to refuse, row by row).
+        for item, value, fields in zip(items.tolist(), python_values(flat.contents.take(taken)),
+                                       python_values(flat.fields.take(taken))):
             calls, problem = function_call(value)
-            written = json.loads(fields[item] or "{}")
+            written = json.loads(fields or "{}")
             if problem is None and "tool_calls" in written:
                 problem = "a function_call message with tool_calls of its own as well"
             if problem is not None:
                 row = row_of(flat.offsets, item)
                 problems.setdefault(row, f"message {item - flat.offsets[row]}: {problem}")
                 continue
-            contents[item] = None
-            fields[item] = json.dumps({"tool_calls": calls, **written}, ensure_ascii=False)
-        return replace(flat, contents=pa.array(contents, pa.string()), fields=pa.array(fields, pa.string()),
+            replaced[item] = True
+            texts.append(json.dumps({"tool_calls": calls, **written}, ensure_ascii=False))
+        if not texts:
+            return replace(flat, problems=problems)
+        mask = pa.array(replaced)
+        return replace(flat, contents=pc.if_else(mask, pa.scalar(None, pa.string()), flat.contents),
+                       fields=pc.replace_with_mask(flat.fields.cast(pa.string()), mask, pa.array(texts, pa.string())),
                        problems=problems)
 
     def _system(self, flat: Flat, batch: pa.RecordBatch) -> Flat:
