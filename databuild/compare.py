@@ -21,7 +21,7 @@ from .errors import BuildError
 from .publish.current import pinned
 from .publish.manifest_diff import Cause, Change, causes, changes
 from .publish.manifest_read import manifest_beside, read_manifest
-from .rowfile.hashes import file_sha256
+from .inputs.pins import file_sha256
 from .rowfile.row_digests import RowDigests, RowsDiff, compare_rows, digest_rows, from_hex
 from .views.show import Row, open_parquet, read_rows
 
@@ -77,7 +77,9 @@ def read_side(given: str | Path) -> Side:
         return Side(str(given), ROWS, manifest, path, digests, _unfaithful(digests, manifest))
     if path.is_file() and path.suffix == ".json":
         manifest = read_manifest(path)
-        return Side(str(given), MANIFEST, manifest, digests=RowDigests(from_hex(manifest.get("row_digests", []))))
+        recorded = manifest.get("row_digests")  # a manifest may predate them: then pins only, not zero rows
+        return Side(str(given), MANIFEST, manifest,
+                    digests=RowDigests(from_hex(recorded)) if recorded is not None else None)
     if path.suffix in (".parquet", ".json"):
         raise BuildError(f"{given}: no such file")
     return _config_side(str(given))

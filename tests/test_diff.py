@@ -294,3 +294,14 @@ def test_missing_rows_and_no_manifest(tiny_build, tmp_path):
     assert result.output.splitlines()[0] == \
         "differ: rows: 2 of 40 differ, in row count (no manifest for B: pins not compared)"
     assert "first differing row 38: A has more rows" in result.output
+
+
+def test_a_manifest_without_row_digests_compares_pins_not_zero_rows(tiny_build, tmp_path):
+    """A manifest written before row digests has rows it does not list: it is compared by its pins, never
+    as a build of no rows ("40 of 40 differ, in row count")."""
+    old = json.loads(tiny_build.manifest.read_text())
+    del old["row_digests"]
+    (tmp_path / "old.manifest.json").write_text(json.dumps(old))
+    result = diff_cli(tmp_path / "old.manifest.json", tiny_build.manifest)
+    assert result.exit_code == 0, result.output
+    assert "row count" not in result.output
