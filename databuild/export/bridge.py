@@ -52,7 +52,7 @@ SCHEMA = pa.schema([("input_ids", pa.list_(pa.int32())), ("loss_mask", pa.list_(
 
 def bridge_mask(block: RowBlock) -> np.ndarray:
     """The stored mask: each target moved onto the token before it, within its segment."""
-    starts = block.segment_starts()
+    starts = block.segment_starts
     stored = np.zeros_like(block.loss_mask)
     stored[:, :-1] = block.loss_mask[:, 1:] * ~starts[:, 1:]
     return stored

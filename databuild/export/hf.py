@@ -47,7 +47,7 @@ class HfFormat(Format):
         self.count("target_at_segment_start", block.targets_at_segment_starts())
         kept = block.kept()
         self.padding_dropped += int(kept.size - np.count_nonzero(kept))
-        targets = (block.loss_mask == 1) & ~block.segment_starts()
+        targets = (block.loss_mask == 1) & ~block.segment_starts
         labels = np.where(targets, block.input_ids, IGNORE).astype(np.int32)
         return pa.Table.from_arrays([
             list_array(block.input_ids, kept, pa.int32()),

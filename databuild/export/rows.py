@@ -51,8 +51,10 @@ class RowBlock:
         return np.array([s[-1] if c[-1] == PADDING_ID else self.row_tokens
                          for s, c in zip(self.seq_start_id, self.conversation_ids)], dtype=np.int64)
 
+    @cached_property
     def segment_starts(self) -> np.ndarray:
-        """(rows, row_tokens) bool: True on the first token of every real segment."""
+        """(rows, row_tokens) bool: True on the first token of every real segment (computed once a block:
+        a Python loop over rows, read by the counts and the formats)."""
         marks = np.zeros(self.input_ids.shape, dtype=bool)
         for row in range(self.rows):
             marks[row, self.real_starts(row)] = True
@@ -67,7 +69,7 @@ class RowBlock:
         return np.arange(self.row_tokens)[None, :] < self.real_lengths[:, None]
 
     def targets_at_segment_starts(self) -> int:
-        return int(np.count_nonzero(self.loss_mask.astype(bool) & self.segment_starts()))
+        return int(np.count_nonzero(self.loss_mask.astype(bool) & self.segment_starts))
 
     def targets_at_row_starts(self) -> int:
         return int(np.count_nonzero(self.loss_mask[:, 0]))
