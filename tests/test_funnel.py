@@ -135,3 +135,21 @@ def test_a_funnel_edited_into_another_shape_is_refused(tiny_build, tmp_path):
     (tmp_path / "m.manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(BuildError, match=r"counts.funnel.sources\[0\].in_kept_rows is str '13', expected int"):
         read_manifest(tmp_path / "m.manifest.json")
+
+
+def test_a_sources_conversations_read_leave_out_its_empty_renders():
+    """counts.sources[i].conversations_read: the stream positions the packer was handed that hold the
+    source's rows (read_per_source: empty renders among them), less its skipped and its empty renders."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from databuild.pack.rows import PackStats
+    from databuild.publish.manifest import source_counts
+
+    stats = PackStats(conversations_read=4, empty_render_rows=[4])
+    sources = [SimpleNamespace(spec=SimpleNamespace(name=name), selected=np.arange(10)) for name in ("a", "b")]
+    record = SimpleNamespace(inputs=SimpleNamespace(sources=sources, selections=([0, 10], None)), stats=stats,
+                             skipped=(), malformed=(), record_counts=())
+    counts = source_counts(record, read=[3, 2])  # source a: 2 read and row 4 rendered empty; source b: 2 read
+    assert [c["conversations_read"] for c in counts] == [2, 2]

@@ -35,12 +35,22 @@ def _per_source(firsts: list[int], rows, sources: int) -> list[int]:
     return np.bincount(found, minlength=sources).tolist()
 
 
-def funnel(record: BuildRecord) -> dict[str, Any]:
-    """counts.funnel: {"total": box -> count, "sources": [the same per source, with its name]}."""
+def read_per_source(record: BuildRecord) -> list[int]:
+    """How many of the stream positions the packer was handed each source holds: every conversation
+    read, skipped or rendered to no token (in permutation order, the stream's first ones)."""
     from ..sources.mixture import read_by_source
 
+    stats = record.stats
+    firsts, selections = record.inputs.selections
+    consumed = stats.conversations_read + len(record.skipped) + len(stats.empty_render_rows)
+    return read_by_source(firsts, selections, record.config.seed, consumed)
+
+
+def funnel(record: BuildRecord, read: list[int]) -> dict[str, Any]:
+    """counts.funnel: {"total": box -> count, "sources": [the same per source, with its name]}; `read`
+    is read_per_source(record)."""
     inputs, stats, skipped = record.inputs, record.stats, record.skipped
-    firsts, selections = inputs.selections
+    firsts, _ = inputs.selections
     n = len(inputs.sources)
     kinds = list(SKIPPED_KINDS) + sorted({b.kind for b in skipped} - set(SKIPPED_KINDS)) + [OVERLONG, EMPTY_RENDER]
     dropped_rows = {kind: [b.index for b in skipped if b.kind == kind] for kind in kinds}
@@ -49,9 +59,6 @@ def funnel(record: BuildRecord) -> dict[str, Any]:
     dropped_rows[OVERLONG] = set(stats.overlong_dropped_rows) - stats.in_kept_rows - stats.in_skipped_rows
     dropped_rows[EMPTY_RENDER] = stats.empty_render_rows
     dropped = {kind: _per_source(firsts, rows, n) for kind, rows in dropped_rows.items()}
-    # the stream's first positions, in permutation order: every conversation the packer was handed
-    consumed = stats.conversations_read + len(skipped) + len(stats.empty_render_rows)
-    read = read_by_source(firsts, selections, record.config.seed, consumed)
     kept = _per_source(firsts, stats.in_kept_rows, n)
     without_target = _per_source(firsts, stats.in_skipped_rows - stats.in_kept_rows, n)
     sources = []

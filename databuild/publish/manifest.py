@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ..pack.bfd import OVERLONG_COUNTS
 from ..pack.rows import NO_SUPERVISED_TOKEN
 from ..sources.bad import MALFORMED, SKIPPED_KINDS
-from .funnel import funnel
+from .funnel import funnel, read_per_source
 
 if TYPE_CHECKING:
     from ..config import BuildConfig
@@ -76,6 +76,7 @@ def build_manifest(record: BuildRecord) -> dict[str, Any]:
     config, inputs, packing, stats = record.config, record.inputs, record.packing, record.stats
     skipped, encoder_pins = record.skipped, record.encoder_pins
     total = stats.tokens_kept
+    read = read_per_source(record)  # one permutation for counts.sources and counts.funnel
     return {
         "format": FORMAT,
         "name": config.name,
@@ -135,8 +136,8 @@ def build_manifest(record: BuildRecord) -> dict[str, Any]:
             "by_source": {source: {"conversations": stats.conversations_by_source[source],
                                    "tokens": stats.tokens_by_source[source]}
                           for source in sorted(stats.tokens_by_source)},
-            "sources": source_counts(record),
-            "funnel": funnel(record),
+            "sources": source_counts(record, read),
+            "funnel": funnel(record, read),
         },
         # where a tokenizer pinned by content alone was read, for show and report (not a pin: a build
         # whose folder moved is still up to date)
@@ -174,23 +175,23 @@ def source_pins(source) -> dict[str, Any]:
             "selected_sha256": selection_sha256(source.selected)}
 
 
-def source_counts(record: BuildRecord) -> list[dict[str, Any]]:
+def source_counts(record: BuildRecord, read: list[int]) -> list[dict[str, Any]]:
     """counts.sources[i]: each source's share of every conversation count; they add up to the totals.
-    The packer read the first conversations_read + len(skipped) stream positions."""
-    from ..sources.mixture import read_by_source, source_of
+    `read` is funnel.read_per_source(record): the stream positions the packer was handed, by source,
+    of which the skipped and the empty renders are not conversations read."""
+    from ..sources.mixture import source_of
 
-    config, inputs, stats, skipped, malformed = (record.config, record.inputs, record.stats, record.skipped,
-                                                 record.malformed)
-    firsts, selections = inputs.selections
-    streamed = read_by_source(firsts, selections, config.seed, stats.conversations_read + len(skipped))
-    skipped_of, malformed_of = (source_of(firsts, [b.index for b in bad]).tolist() for bad in (skipped, malformed))
+    inputs, stats, skipped, malformed = record.inputs, record.stats, record.skipped, record.malformed
+    firsts, _ = inputs.selections
+    skipped_of, malformed_of, empty_of = (source_of(firsts, rows).tolist() for rows in (
+        [b.index for b in skipped], [b.index for b in malformed], stats.empty_render_rows))
     counts = []
     for number, source in enumerate(inputs.sources):
         kinds = {kind: sum(1 for b, s in zip(skipped, skipped_of) if s == number and b.kind == kind)
                  for kind in SKIPPED_KINDS}
         counts.append({"repo": source.spec.name, "selected": len(source.selected),
                        MALFORMED: malformed_of.count(number),
-                       "conversations_read": streamed[number] - sum(kinds.values()),
+                       "conversations_read": read[number] - sum(kinds.values()) - empty_of.count(number),
                        "conversations_skipped": kinds,
                        **({"messages": record.record_counts[number]} if record.record_counts else {})})
     return counts

@@ -71,6 +71,8 @@ def stream_positions(firsts: Sequence[int], selections: Sequence[np.ndarray], to
 def read_by_source(firsts: Sequence[int], selections: Sequence[np.ndarray], seed: int,
                    stream_read: int) -> list[int]:
     """How many of the first `stream_read` stream positions each source holds."""
+    if not stream_read:  # a manifest written before the first row (make's up-to-date check): no permutation
+        return [0] * len(firsts)
     taken = mixed_rows(firsts, selections)
     read = taken[permutation(len(taken), seed)[:stream_read]]
     return np.bincount(source_of(firsts, read), minlength=len(firsts)).tolist()
