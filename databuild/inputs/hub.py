@@ -55,16 +55,21 @@ def unreachable() -> str | None:
     return None
 
 
+ASK = "ask"  # hub_snapshot's `down`: open a connection to find out (unreachable())
+
+
 def hub_snapshot(repo: str, revision: str, repo_type: str, patterns: list[str], offline: bool,
-                 hint: str) -> Path:
+                 hint: str, down: str | None = ASK) -> Path:
     """The cached snapshot of repo at revision (downloading the patterns unless offline); `hint`
-    ends the one-line error when it is not to be had."""
+    ends the one-line error when it is not to be had. `down`: why the hub is unreachable, or None
+    when it is, as a caller resolving several inputs found out once (ASK: find out here)."""
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import (GatedRepoError, HfHubHTTPError, HFValidationError, LocalEntryNotFoundError,
                                         RepositoryNotFoundError, RevisionNotFoundError)
 
     where = f"{repo_type} {repo}@{revision}"
-    down = None if offline else unreachable()  # then the cache alone, as huggingface_hub would after its retries
+    # unreachable: the cache alone, as huggingface_hub would after its retries
+    down = None if offline else unreachable() if down == ASK else down
     try:
         path = snapshot_download(repo, repo_type=repo_type, revision=revision, allow_patterns=patterns,
                                  local_files_only=offline or down is not None)
@@ -134,7 +139,7 @@ def fetch_all(repo: str, revision: str, repo_type: str, patterns: list[str]) -> 
     if down is not None:
         raise BuildError(f"{where}: the hub at {constants.ENDPOINT} is unreachable ({down}); fetch on a machine that "
                          f"reaches it, or {NETWORK_HINT}")
-    snapshot = hub_snapshot(repo, revision, repo_type, patterns, False, NETWORK_HINT)
+    snapshot = hub_snapshot(repo, revision, repo_type, patterns, False, NETWORK_HINT, down=None)  # reached just now
     try:
         listed = HfApi().list_repo_files(repo, revision=revision, repo_type=repo_type)
     except Exception as exc:  # any failure to list means this fetch cannot vouch for the cache

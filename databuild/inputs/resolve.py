@@ -13,7 +13,7 @@ from ..errors import BuildError
 from ..sources.formats import adapter_for
 from ..sources.mixture import take_count, take_rows
 from ..sources.reader import SourceFile, source_files
-from .hub import check_cached_blob, fetch_all, fetch_hint, hub_snapshot, offline_hint, offline_mode
+from .hub import check_cached_blob, fetch_all, fetch_hint, hub_snapshot, offline_hint, offline_mode, unreachable
 from .local import local_dir
 from .pins import TOKENIZER_PATTERNS, check_file_pins, check_shards, check_tokenizer_pins, hash_files
 
@@ -53,25 +53,29 @@ class ResolvedInputs:
         return [s.first_index for s in self.sources], [s.selected for s in self.sources]
 
 
-def _source_root(config: BuildConfig, spec: SourceSpec, offline: bool) -> tuple[Path, str]:
+def _source_root(config: BuildConfig, spec: SourceSpec, offline: bool, down: str | None) -> tuple[Path, str]:
     if spec.dir is not None:
         return local_dir(spec.dir, "source"), "local"
     root = hub_snapshot(spec.repo, spec.revision, "dataset", [f"data/{spec.split}-*.parquet"], offline,
-                        offline_hint(config.name))
+                        offline_hint(config.name), down)
     return root, "hub"
 
 
-def _resolve_tokenizer(config: BuildConfig, offline: bool) -> Path:
+def _resolve_tokenizer(config: BuildConfig, offline: bool, down: str | None) -> Path:
     spec = config.tokenizer
     if spec.dir is not None:
         return local_dir(spec.dir, "tokenizer")
-    return hub_snapshot(spec.repo, spec.revision, "model", list(TOKENIZER_PATTERNS), offline, offline_hint(config.name))
+    return hub_snapshot(spec.repo, spec.revision, "model", list(TOKENIZER_PATTERNS), offline, offline_hint(config.name),
+                        down)
 
 
 def resolve_inputs(config: BuildConfig, offline: bool = False) -> ResolvedInputs:
     """Locate, and check, every input of a build; nothing is tokenized before this returns."""
     offline = offline_mode(offline)
-    tokenizer_dir = _resolve_tokenizer(config, offline)
+    # whether the hub answers, asked once for every input it holds
+    hub_inputs = config.tokenizer.dir is None or any(spec.dir is None for spec in config.sources)
+    down = unreachable() if hub_inputs and not offline else None
+    tokenizer_dir = _resolve_tokenizer(config, offline, down)
     where = config.tokenizer.where
     # A local folder is not the hub's to repair: the file comes from the repo at the pinned commit, or
     # (a folder pinned by content alone) from wherever the folder was copied from.
@@ -87,14 +91,15 @@ def resolve_inputs(config: BuildConfig, offline: bool = False) -> ResolvedInputs
 
     sources, first = [], 0
     for spec in config.sources:
-        sources.append(_resolve_source(config, spec, first, offline))
+        sources.append(_resolve_source(config, spec, first, offline, down))
         first += sources[-1].rows
     return ResolvedInputs(tuple(sources), tokenizer_dir, tuple(tokenizer_hashes))
 
 
-def _resolve_source(config: BuildConfig, spec: SourceSpec, first: int, offline: bool) -> ResolvedSource:
+def _resolve_source(config: BuildConfig, spec: SourceSpec, first: int, offline: bool,
+                    down: str | None) -> ResolvedSource:
     """One source: located, its files listed and hashed from row number `first` on, its take selected."""
-    root, origin = _source_root(config, spec, offline)
+    root, origin = _source_root(config, spec, offline, down)
     where = spec.where
     try:
         files = source_files(root, spec.split, adapter_for(spec), spec.name, first)
