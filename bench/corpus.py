@@ -197,7 +197,7 @@ def _shard_count(conversations: int) -> int:
     return max(2, math.ceil(conversations / SHARD_ROWS))
 
 
-def _write_shard(root: Path, schema: pa.Schema, columns_of, maker: ConversationMaker,
+def _write_shard(schema: pa.Schema, columns_of, maker: ConversationMaker,
                  kinds: list[tuple[str, str]], first: int, path: Path) -> tuple[int, int]:
     """Conversations first, first+1, ... (one per kind) to `path`; returns (characters, bytes)."""
     rows, chars = [], 0
@@ -211,10 +211,10 @@ def _write_shard(root: Path, schema: pa.Schema, columns_of, maker: ConversationM
 
 def _seeded_shard(job: tuple) -> tuple[int, int]:
     """One shard of a per-shard-seeded corpus, from its own generator (seed, shard): in a process pool."""
-    root, format, seed, shard, first, count, path = job
+    format, seed, shard, first, count, path = job
     schema, columns_of = SCHEMAS[format]
     maker = ConversationMaker(seed, shard)
-    return _write_shard(root, schema, columns_of, maker, _kinds(maker.rng, count), first, path)
+    return _write_shard(schema, columns_of, maker, _kinds(maker.rng, count), first, path)
 
 
 def write_corpus(root: Path, conversations: int, seed: int, format: str = "messages",
@@ -237,13 +237,13 @@ def write_corpus(root: Path, conversations: int, seed: int, format: str = "messa
         from concurrent.futures import ProcessPoolExecutor
 
         with ProcessPoolExecutor(max_workers=jobs) as pool:
-            jobs_ = [(root, format, seed, k, int(bounds[k]), int(bounds[k + 1] - bounds[k]), paths[k])
+            jobs_ = [(format, seed, k, int(bounds[k]), int(bounds[k + 1] - bounds[k]), paths[k])
                      for k in range(shards)]
             written = list(pool.map(_seeded_shard, jobs_))
     else:
         maker = ConversationMaker(seed)
         kinds = _kinds(maker.rng, conversations)
-        written = [_write_shard(root, schema, columns_of, maker, kinds[bounds[k]:bounds[k + 1]], int(bounds[k]),
+        written = [_write_shard(schema, columns_of, maker, kinds[bounds[k]:bounds[k + 1]], int(bounds[k]),
                                 paths[k]) for k in range(shards)]
     chars, size = sum(c for c, _ in written), sum(b for _, b in written)
     done.write_text(json.dumps({"conversations": conversations, "shards": shards, "characters": chars,

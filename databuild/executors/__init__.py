@@ -23,7 +23,7 @@ def encoding_on(executor: str, encoder: Encoder, workers: int | None,
     if executor == "ray":
         from .ray import ray_encode_stream
 
-        yield lambda conversations, batch_size: ray_encode_stream(conversations, encoder, batch_size, workers or 1,
+        yield lambda conversations, batch_size: ray_encode_stream(conversations, encoder, batch_size, workers,
                                                                   ray_address)
         return
     from .cores import default_workers

@@ -121,7 +121,7 @@ def _check_versions(ray, actors) -> None:
 
 
 def ray_encode_stream(conversations: Iterable[Conversation], encoder: Encoder, batch_size: int,
-                      workers: int, address: str | None) -> Iterator[TokenizedConversation]:
+                      workers: int | None, address: str | None) -> Iterator[TokenizedConversation]:
     """Tokenized conversations in input order, encoded by `workers` Ray actors; <= 2*workers batches in flight.
 
     A missing ray fails here, at the call; Ray is reached at the first result and left (shut down if

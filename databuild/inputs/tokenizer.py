@@ -53,10 +53,10 @@ def _explicit(name_or_dir: str) -> Path:
     directory = Path(name_or_dir).expanduser()
     if directory.is_dir():
         return directory
-    from ..config import config_path, load_config
+    from ..config import resolve_config
 
     try:
-        spec = load_config(config_path(name_or_dir)).tokenizer
+        spec = resolve_config(name_or_dir).tokenizer
     except BuildError as exc:
         raise BuildError(f"--tokenizer {name_or_dir}: not a directory, nor a config ({exc})") from None
     found = spec.dir if spec.dir is not None and spec.dir.is_dir() else \
