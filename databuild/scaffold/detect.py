@@ -30,15 +30,9 @@ class Detected:
     unread: tuple[str, ...] = ()  # columns the format does not read: written as ignore_fields, with a comment
 
 
-def unread_columns(adapter: Adapter, schema: pa.Schema) -> tuple[str, ...]:
-    """The schema's columns that `adapter` does not read (a build refuses them unless ignore_fields lists them)."""
-    known = {*adapter.message_columns, "id", "source", adapter.tools}
-    return tuple(name for name in schema.names if name not in known)
-
-
 def _fits(adapter: Adapter, schema: pa.Schema) -> bool:
     """The format reads the schema, columns it does not read aside."""
-    return replace(adapter, ignore=frozenset(unread_columns(adapter, schema))).schema_problem(schema) is None
+    return replace(adapter, ignore=frozenset(adapter.unread_columns(schema))).schema_problem(schema) is None
 
 
 def _mappings(schema: pa.Schema) -> list[dict[str, str]]:
@@ -75,7 +69,7 @@ def detect_format(path: Path, given: str) -> Detected:
     if len(named) == 1:
         adapter = FORMATS[named[0]]
         return Detected(named[0], f"detected from the schema (columns {', '.join(adapter.message_columns)})",
-                        _extras(schema, list(adapter.message_columns)), unread_columns(adapter, schema))
+                        _extras(schema, list(adapter.message_columns)), adapter.unread_columns(schema))
     if len(named) > 1:
         raise BuildError(f"--source {given}: the schema fits the formats {', '.join(named)}: pass --format NAME")
     mappings = _mappings(schema)
@@ -83,7 +77,7 @@ def detect_format(path: Path, given: str) -> Detected:
         mapping = mappings[0]
         return Detected(mapping, f"detected from the schema (column {mapping['messages']} of "
                                  f"{mapping['role']}/{mapping['content']})",
-                        _extras(schema, [mapping["messages"]]), unread_columns(MessageColumn(**mapping), schema))
+                        _extras(schema, [mapping["messages"]]), MessageColumn(**mapping).unread_columns(schema))
     columns = ", ".join(f"{f.name}: {f.type}" for f in schema)
     if mappings:
         raise BuildError(f"--source {given}: several columns could hold the messages "

@@ -100,12 +100,16 @@ class Adapter:
                 problem = json_type_problem(kind, f"column '{self.tools}'")
         if problem is not None:
             return f"{problem} (expected {self.expects()})"
-        known = set(self.message_columns) | {"id", "source", self.tools} | self.ignore
-        unknown = [name for name in schema.names if name not in known]
+        unknown = [name for name in self.unread_columns(schema) if name not in self.ignore]
         if unknown:
+            known = set(self.message_columns) | {"id", "source", self.tools} | self.ignore
             return (f"column {unknown[0]!r} is not one this format reads (it reads {', '.join(sorted(known))}); "
                     "list it in the source's ignore_fields to build without it")
         return None
+
+    def unread_columns(self, schema: pa.Schema) -> tuple[str, ...]:
+        """The schema's columns this format does not read (ignore_fields aside: a build refuses the rest)."""
+        return tuple(name for name in schema.names if name not in {*self.message_columns, "id", "source", self.tools})
 
     def read_columns(self, schema: pa.Schema) -> list[str]:
         return [c for c in (*self.message_columns, "id", "source", self.tools)
