@@ -27,9 +27,10 @@ from .config import BuildConfig
 from .encode.encoder import Encoder
 from .encode.ends import generation_stops, probe
 from .executors import Encoding, encoding_on
+from .executors.local import batches
 from .errors import BuildError
 from .rowfile.hashes import RowsHasher, SegmentsHasher
-from .inputs.pins import check_unchanged, file_sha256
+from .inputs.pins import check_unchanged, file_sha256, hashing_in_background
 from .inputs.resolve import ResolvedInputs, resolve_inputs
 from .publish.current import stale_reason
 from .publish.lock import exclusive
@@ -43,7 +44,7 @@ from .encode.render import Renderer, load_tokenizer
 from .sources.bad import (OVERLONG, SKIPPED_KINDS, BadConversation, Problem, bad_conversation, buildable, marked,
                           on_bad_conversation, refusal, template_wide)
 from .sources.reader import Conversation
-from .sources.spill import Spill, expected_prefix
+from .sources.spill import Spill, SpilledBatch, expected_prefix
 from .sources.spill_folder import remove_stale_spill_folders, spill_folder
 from .rowfile.write import WRITER_OPTIONS, partial_path, partials, publish, rows_per_group, write_rows
 
@@ -59,6 +60,7 @@ class BuildResult:
     seconds: float
     built: str | None = None  # why this make built it (no build yet, what differed, --force); None: up to date
     waited: float = 0.0  # seconds spent waiting for another process's lock on the output
+    encoding: str | None = None  # how the encode step ran (executors.Encoding.summary); None: not built
 
 
 def encoder_pins(encoder: Encoder) -> dict[str, Any]:
@@ -124,6 +126,10 @@ class Prepared:
         """The stream in permutation order, malformed conversations marked."""
         return marked(self.spill.conversations(), self.malformed)
 
+    def batches(self, size: int) -> Iterator[SpilledBatch]:
+        """conversations() cut into batches of `size`, as references into the spill (read by whoever encodes them)."""
+        return self.spill.batches(size, self.malformed)
+
     def __enter__(self) -> Prepared:
         return self
 
@@ -175,7 +181,7 @@ def make(config: BuildConfig, out_dir: Path, *, force: bool = False, offline: bo
         with encoding_on(executor, pinned.encoder, workers, ray_address) as encode, \
                 prepare(config, offline, window, spill_prefix, pinned) as prepared:
             result = _make(prepared, final, encode, batch_size, progress, started)
-    return replace(result, built=reason, waited=waited)
+    return replace(result, built=reason, waited=waited, encoding=encode.summary)
 
 
 def ran_out(written: int, rows: int, stats: PackStats, skipped: list[BadConversation]) -> BuildError:
@@ -215,27 +221,33 @@ def _make(prepared: Prepared, final: Path, encode: Encoding, batch_size: int, pr
     config, inputs = prepared.config, prepared.inputs
     partial = partial_path(final)
     stats, skipped, hasher, segments = PackStats(), [], RowsHasher(), SegmentsHasher()
-    conversations = prepared.conversations()
-    stream = encode(conversations, batch_size)
-    with closing(stream) as tokenized:
-        kept = buildable(tokenized, config.on_bad_conversation, list(inputs.source_files), skipped)
-        rows = islice(pack(kept, prepared.packing, stats), config.rows)
-        # disable=None: a bar on a terminal, nothing in logs and CI
-        bar = tqdm(rows, total=config.rows, unit="row", desc=config.name,
-                   disable=None if progress is None else not progress, leave=False)
+    stream = encode(prepared.batches(batch_size) if encode.by_reference else
+                    batches(prepared.conversations(), batch_size))
+    # The end-of-build check's hashing starts now, overlapping the encoding: the source is not read
+    # again (unless the stream outruns the spill; then it is hashed again at the end).
+    passes = prepared.spill.passes
+    with hashing_in_background([f.path for f in inputs.source_files]) as rehash:
+        with closing(stream) as tokenized:
+            kept = buildable(tokenized, config.on_bad_conversation, list(inputs.source_files), skipped)
+            rows = islice(pack(kept, prepared.packing, stats), config.rows)
+            # disable=None: a bar on a terminal, nothing in logs and CI
+            bar = tqdm(rows, total=config.rows, unit="row", desc=config.name,
+                       disable=None if progress is None else not progress, leave=False)
+            try:
+                written = write_rows(bar, partial, config.row_tokens, hasher, segments)
+            except OverlongConversation as exc:
+                raise refusal(bad_conversation(list(inputs.source_files), exc.conversation.index,
+                                               exc.conversation.id, Problem(OVERLONG, str(exc)))) from None
         try:
-            written = write_rows(bar, partial, config.row_tokens, hasher, segments)
-        except OverlongConversation as exc:
-            raise refusal(bad_conversation(list(inputs.source_files), exc.conversation.index, exc.conversation.id,
-                                           Problem(OVERLONG, str(exc)))) from None
-    try:
-        if written < config.rows:
-            raise ran_out(written, config.rows, stats, skipped)
-        check_unchanged(inputs)
-        manifest = manifest_of(prepared, final.name, stats, skipped, hasher, segments, file_sha256(partial))
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
+            if written < config.rows:
+                raise ran_out(written, config.rows, stats, skipped)
+            # a failed early hash (a file deleted meanwhile) is left to the check, which names it
+            early = prepared.spill.passes == passes and rehash.exception() is None
+            check_unchanged(inputs, rehash.result() if early else None)
+            manifest = manifest_of(prepared, final.name, stats, skipped, hasher, segments, file_sha256(partial))
+        except BaseException:
+            partial.unlink(missing_ok=True)
+            raise
     manifest_file = manifest_path(final)
     manifest_file.unlink(missing_ok=True)
     publish(partial, final)

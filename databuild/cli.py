@@ -83,8 +83,9 @@ def _overrides(config, dataset_dir, tokenizer_dir):
               help="A local copy of the tokenizer files in place of the hub; checked against the pins.")
 @click.option("--workers", type=click.IntRange(min=1), default=None,
               help="Processes that render and tokenize, the cores shared out between them and the tokenizer's "
-                   "threads; the output does not depend on it. Default: 1 below 8 cores, else one per 4 cores "
-                   "(ray: 1).")
+                   "threads; the output does not depend on it. Default, and the most that runs: one per 4 cores "
+                   "(1 below 8 cores), as more were slower; DATABUILD_CORES sets the cores, RAYON_NUM_THREADS the "
+                   "threads of each. Ray: the actors (default 1).")
 @click.option("--batch-size", type=click.IntRange(min=1), default=256, show_default=True,
               help="Conversations per tokenizer batch; the output does not depend on it.")
 @click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
@@ -130,7 +131,7 @@ def make(name, out_dir, offline, dataset_dir, tokenizer_dir, workers, batch_size
         click.echo(f"up to date{waited}: the manifest records this config's pins and settings and the file verifies "
                    f"(checked in {result.seconds:.1f} s; nothing written; --force rebuilds)")
     else:
-        click.echo(f"built{waited}: {result.built}")
+        click.echo(f"built{waited}: {result.built}\nencoded by: {result.encoding}")
     click.echo(f"{result.parquet}\n"
                f"  rows                   {s['rows']} x {s['row_tokens']} tokens ({s['tokens']:,} tokens)\n"
                f"  supervised_token_ratio {s['supervised_token_ratio']:.4f}\n"

@@ -194,7 +194,7 @@ def test_messages_format_carries_tool_calls_results_tools_and_reasoning(tmp_path
         "tool_calls": 24, "tool_results": 24, "reasoning_turns": 36, "conversations_with_tools": 12}
 
 
-def test_agentic_builds_do_not_depend_on_workers_batches_or_window(tmp_path, tools_tokenizer):
+def test_agentic_builds_do_not_depend_on_workers_batches_or_window(tmp_path, tools_tokenizer, sixteen_cores):
     rows = [{"id": f"r{i}", "messages": m, "tools": None if t is None else json.dumps(t)}
             for i, (m, t) in enumerate(conversations(True))]
     root = write_source(tmp_path / "src", [pa.Table.from_pylist(rows[:7]), pa.Table.from_pylist(rows[7:])])

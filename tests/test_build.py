@@ -149,7 +149,7 @@ def test_bos_adding_truncating_padding_tokenizer_matches_an_independent_rebuild(
 
 
 @pytest.mark.parametrize("batch_size, workers", [(1, 1), (2, 1), (7, 2), (256, 1)])
-def test_chatml_bos_rows_do_not_depend_on_the_batch_size(chatml_bos_build, tmp_path, batch_size, workers):
+def test_chatml_bos_rows_do_not_depend_on_the_batch_size(chatml_bos_build, tmp_path, sixteen_cores, batch_size, workers):
     config, result = chatml_bos_build
     again = make(config, tmp_path, batch_size=batch_size, workers=workers, progress=False)
     assert again.parquet.read_bytes() == result.parquet.read_bytes()
@@ -191,7 +191,7 @@ def test_same_bytes_in_another_process_zone_locale_and_hash_seed(tiny_build, tmp
 
 @pytest.mark.parametrize("workers, batch_size, window, spill_prefix",
                          [(1, 1, 7, 0), (2, 7, 300, None), (3, 33, 64, 10), (1, 256, 5, 300)])
-def test_output_does_not_depend_on_workers_batches_windows_or_spill_passes(tiny_build, tiny_config, tmp_path, workers,
+def test_output_does_not_depend_on_workers_batches_windows_or_spill_passes(tiny_build, tiny_config, tmp_path, sixteen_cores, workers,
                                                                            batch_size, window, spill_prefix):
     result = make(tiny_config, tmp_path, workers=workers, batch_size=batch_size, window=window,
                   spill_prefix=spill_prefix, progress=False)
@@ -288,7 +288,7 @@ def test_a_conversation_the_template_refuses_is_one_line_naming_file_row_and_id(
 
 
 @pytest.mark.parametrize("workers, batch_size", [(1, 1), (2, 5)])
-def test_skips_are_counted_where_the_stream_meets_them(tmp_path, workers, batch_size):
+def test_skips_are_counted_where_the_stream_meets_them(tmp_path, sixteen_cores, workers, batch_size):
     """Skipped conversations are counted in stream order, up to the last one the build packs:
     neither the tokenizer running ahead (batch size, workers) nor the kind of skip changes the count."""
     config = load_config(write_config(tmp_path / "c.yaml", source={"dir": str(bad_source(tmp_path))},

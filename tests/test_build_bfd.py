@@ -79,7 +79,7 @@ def test_rows_match_an_independent_rebuild(bfd_build, tokenizer, source_conversa
 
 
 @pytest.mark.parametrize("workers, batch_size, window, spill_prefix", [(1, 1, 7, 0), (2, 33, 64, 10)])
-def test_same_bytes_across_workers_batches_and_source_windows(bfd_build, bfd_config, tmp_path, workers, batch_size,
+def test_same_bytes_across_workers_batches_and_source_windows(bfd_build, bfd_config, tmp_path, sixteen_cores, workers, batch_size,
                                                               window, spill_prefix):
     result = make(bfd_config, tmp_path, workers=workers, batch_size=batch_size, window=window,
                   spill_prefix=spill_prefix, progress=False)

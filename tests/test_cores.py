@@ -9,7 +9,8 @@ import sys
 import pytest
 
 from databuild.executors import cores
-from databuild.executors.cores import available_cores, default_workers, threads_per_worker
+from databuild.errors import BuildError
+from databuild.executors.cores import available_cores, default_workers, encode_processes, threads_per_worker
 
 
 @pytest.mark.parametrize("machine, workers", [(1, 1), (2, 1), (4, 1), (7, 1), (8, 2), (16, 4), (17, 4), (64, 16),
@@ -21,11 +22,23 @@ def test_default_workers(machine, workers):
 @pytest.mark.parametrize("workers, machine, threads", [(1, 16, 16), (2, 16, 8), (4, 16, 4), (5, 16, 3),
                                                        (16, 16, 1), (32, 16, 1), (2, 2, 1), (1, 2, 2)])
 def test_threads_per_worker_share_the_cores_out(workers, machine, threads):
-    assert threads_per_worker(workers, machine) == threads
+    assert threads_per_worker(workers, machine, environ={}) == threads
 
 
-def test_cores_are_the_affinity():
+@pytest.mark.parametrize("workers", [1, 4, 16])
+def test_a_users_rayon_num_threads_is_kept(workers):
+    assert threads_per_worker(workers, 16, environ={"RAYON_NUM_THREADS": "3"}) == 3
+
+
+@pytest.mark.parametrize("value", ["0", "many", "-2", ""])
+def test_a_bad_rayon_num_threads_is_refused_naming_it(value):
+    with pytest.raises(BuildError, match=f"RAYON_NUM_THREADS={value!r}"):
+        threads_per_worker(4, 16, environ={"RAYON_NUM_THREADS": value})
+
+
+def test_cores_are_the_affinity(monkeypatch):
     """A process pinned to one core (taskset, a cpuset) counts one core, whatever the machine has."""
+    monkeypatch.delenv("DATABUILD_CORES", raising=False)
     code = "import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); " \
            "from databuild.executors.cores import available_cores; print(available_cores())"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -33,9 +46,25 @@ def test_cores_are_the_affinity():
     assert available_cores() == len(os.sched_getaffinity(0)) or cores.CGROUP_CPU_MAX.exists()
 
 
+def test_databuild_cores_says_how_many(monkeypatch):
+    assert available_cores({"DATABUILD_CORES": "3"}) == 3
+    for value in ("0", "all", ""):
+        with pytest.raises(BuildError, match=f"DATABUILD_CORES={value!r}"):
+            available_cores({"DATABUILD_CORES": value})
+
+
+@pytest.mark.parametrize("asked, machine, processes", [(None, 2, 1), (2, 2, 1), (16, 2, 1), (2, 4, 1), (2, 8, 2),
+                                                       (16, 8, 2), (None, 16, 4), (1, 16, 1), (3, 16, 3),
+                                                       (16, 16, 4), (None, 64, 16)])
+def test_processes_are_the_default_at_most(asked, machine, processes):
+    """--workers asks for at most that many processes; more than one per 4 cores never run (slower)."""
+    assert encode_processes(asked, machine) == processes
+
+
 @pytest.mark.parametrize("text, expected", [("max 100000", 8), ("150000 100000", 2), ("50000 100000", 1),
                                             ("800000 100000", 8), ("garbage", 8)])
 def test_a_cgroup_quota_caps_the_cores(tmp_path, monkeypatch, text, expected):
+    monkeypatch.delenv("DATABUILD_CORES", raising=False)
     (tmp_path / "cpu.max").write_text(text + "\n")
     monkeypatch.setattr(cores, "CGROUP_CPU_MAX", tmp_path / "cpu.max")
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)))
@@ -66,3 +95,19 @@ def test_results_cross_from_workers_whole(tiny_config):
         assert (a.position, a.index, a.id, a.source, a.problem, a.empty_assistant_turns) == \
                (b.position, b.index, b.id, b.source, b.problem, b.empty_assistant_turns)
     assert from_columns(to_columns([])) == []
+
+
+@pytest.mark.parametrize("cores_, workers, said", [
+    ("2", "3", "encoded by: 1 process (the build's own), the tokenizer's threads on every core; --workers 3 asked, "
+               "1 runs: one process per 4 cores at most (2 cores here), as more were slower"),
+    ("16", "2", "encoded by: 2 processes x 8 tokenizer threads\n")])
+def test_make_says_how_it_encoded(tmp_path, cores_, workers, said):
+    """What runs is said where the user sees it, a --workers that does not run as asked included."""
+    from conftest import REPO, TINY
+
+    env = {**os.environ, "DATABUILD_CORES": cores_}
+    env.pop("RAYON_NUM_THREADS", None)
+    done = subprocess.run([sys.executable, "-m", "databuild", "make", TINY, "--out", str(tmp_path), "--workers",
+                           workers], cwd=REPO, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert said in done.stdout

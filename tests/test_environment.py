@@ -143,24 +143,65 @@ def own_source(tmp_path):
     ("deleted", "the source file was deleted while the build read it")])
 def test_a_source_changed_or_deleted_while_the_build_reads_it_is_refused(tiny_build, previous, own_source,
                                                                        monkeypatch, what, message):
+    """A size change or a deletion is refused whenever it happens before the end; a rewrite keeping
+    size and mtime, once the source pass has read the file (the hash taken again after it tells)."""
+    from databuild.sources.spill import Spill
+
+    target = sorted((own_source.sources[0].dir / "data").glob("*.parquet"))[0]
+
+    def change():
+        if what == "grown":
+            target.write_bytes(target.read_bytes() + b"\0")
+        elif what == "rewritten":  # same size, same mtime: only the bytes tell
+            stat, data = target.stat(), bytearray(target.read_bytes())
+            data[len(data) // 2] ^= 0xFF
+            target.write_bytes(bytes(data))
+            os.utime(target, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+        else:
+            target.unlink()
+
+    if what == "rewritten":
+        check_and_spill = Spill.check_and_spill
+
+        def read_then_changed(self, *args):
+            found = check_and_spill(self, *args)
+            change()
+            return found
+
+        monkeypatch.setattr(Spill, "check_and_spill", read_then_changed)
+    else:
+        original, calls = Encoder.finish, {"n": 0}
+
+        def finish(self, *args):
+            calls["n"] += 1
+            if calls["n"] == 2:  # mid-stream, after the source was hashed, checked and spilled
+                change()
+            return original(self, *args)
+
+        monkeypatch.setattr(Encoder, "finish", finish)
+    with pytest.raises(BuildError, match=f"^data/{target.name}: {message}"):
+        make(own_source, previous, batch_size=8, progress=False)
+    intact(previous, tiny_build)
+
+
+def test_a_rewrite_before_another_pass_over_the_source_is_refused(tiny_build, previous, own_source, monkeypatch):
+    """The hash taken while the build encodes stands for the source only if nothing read it after: a
+    stream that outruns the spill reads it again, and then the source is hashed again at the end."""
     target = sorted((own_source.sources[0].dir / "data").glob("*.parquet"))[0]
     original, calls = Encoder.finish, {"n": 0}
 
     def finish(self, *args):
         calls["n"] += 1
-        if calls["n"] == 2:  # mid-stream, after the source was hashed, checked and spilled
-            if what == "grown":
-                target.write_bytes(target.read_bytes() + b"\0")
-            elif what == "rewritten":  # same size, same mtime: only the bytes tell
-                stat, data = target.stat(), bytearray(target.read_bytes())
-                data[len(data) // 2] ^= 0xFF
-                target.write_bytes(bytes(data))
-                os.utime(target, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-            else:
-                target.unlink()
+        if calls["n"] == 2:  # after the first pass and the hash that follows it had their chance to run
+            stat, data = target.stat(), target.read_bytes()
+            import time
+            time.sleep(0.5)
+            target.write_bytes(data[:4] + data[4:].replace(b"the", b"THE", 1))
+            os.utime(target, ns=(stat.st_atime_ns, stat.st_mtime_ns))
         return original(self, *args)
 
     monkeypatch.setattr(Encoder, "finish", finish)
-    with pytest.raises(BuildError, match=f"^data/{target.name}: {message}"):
-        make(own_source, previous, batch_size=8, progress=False)
+    with pytest.raises(BuildError, match=f"^data/{target.name}: the source file changed while the build read it "
+                                         r"\(sha256 "):
+        make(own_source, previous, batch_size=8, window=7, spill_prefix=1, progress=False)
     intact(previous, tiny_build)

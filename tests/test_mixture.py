@@ -213,7 +213,7 @@ def test_a_take_builds_the_selected_rows_permuted(half_take, tokenizer, source_c
 
 
 @pytest.mark.parametrize("take, workers, batch_size, window", [(0.5, 2, 7, 16), (150, 1, 1, 300)])
-def test_a_take_is_the_same_whatever_the_workers_or_the_spelling(half_take, tmp_path, take, workers, batch_size,
+def test_a_take_is_the_same_whatever_the_workers_or_the_spelling(half_take, tmp_path, sixteen_cores, take, workers, batch_size,
                                                                  window):
     config = load_config(mixture(tmp_path, entry(SOURCE_DIR, take=take)))
     result = make(config, tmp_path / "out", workers=workers, batch_size=batch_size, window=window, progress=False)

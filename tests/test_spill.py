@@ -134,3 +134,25 @@ def test_parts_are_whole_row_groups_in_source_order(small_groups):
         assert covered == every  # each group once, in order
     assert len(_parts(small_groups, 1)) == 2  # at least a part per file
     assert len(_parts(small_groups, 1000)) == len(every)  # at most a part per group
+
+
+@pytest.mark.parametrize("window, prefix, size", [(7, 0, 5), (7, 300, 7), (16, 20, 300), (64, 100, 1)])
+def test_batches_of_references_read_as_the_stream(small_groups, tmp_path, window, prefix, size):
+    """What a local worker is sent (a batch naming rows of the bucket files) reads back as the stream's
+    next `size` conversations, across bucket boundaries and further passes, the malformed one marked
+    exactly as the stream marks it; and it pickles as a reference, not as the text."""
+    import pickle
+
+    from databuild.sources.bad import marked
+
+    rows = sum(f.rows for f in small_groups)
+    spill = Spill(small_groups, np.argsort(np.random.default_rng(7).permutation(rows)), window, tmp_path)
+    malformed = {bad.index: bad for bad in spill.check_and_spill(prefix)}
+    batches = list(spill.batches(size, malformed))
+    assert [len(b) for b in batches] == [size] * (rows // size) + ([rows % size] if rows % size else [])
+    read = [c for b in batches for c in b.read()]
+    assert read == list(marked(spill.conversations(), malformed))
+    assert [c.index for c in read if c.problem is not None] == [100]
+    if size >= 5:  # a reference has a fixed cost of its own (the bucket's path)
+        text = sum(len(pickle.dumps(b.read())) for b in batches)
+        assert sum(len(pickle.dumps(b)) for b in batches) < text / 10

@@ -5,29 +5,51 @@ batches in flight, so the choice changes the speed, never the rows."""
 from __future__ import annotations
 
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 if TYPE_CHECKING:
     from ..encode.encoder import Encoder, TokenizedConversation
     from ..sources.reader import Conversation
+    from ..sources.spill import SpilledBatch
 
-Encoding = Callable[["Iterable[Conversation]", int], "Iterator[TokenizedConversation]"]
+@dataclass(frozen=True)
+class Encoding:
+    """The encode step of one build: called with the stream's batches (lists of conversations, or
+    references into the spill: sources.spill.SpilledBatch), it yields the stream tokenized."""
+    stream: Callable[["Iterable[list[Conversation] | SpilledBatch]"], "Iterator[TokenizedConversation]"]
+    summary: str  # how it runs, in words for the user: processes and threads, or Ray actors
+    # whether it is given references into the spill (worker processes of this machine read their own
+    # batches) rather than the conversations (read here in bulk, the cheaper way for one reader)
+    by_reference: bool = False
+
+    def __call__(self, batches):
+        return self.stream(batches)
 
 
 @contextmanager
 def encoding_on(executor: str, encoder: Encoder, workers: int | None,
                 ray_address: str | None = None) -> Iterator[Encoding]:
-    """A function (conversations, batch size) -> the stream encoded by `executor` ("local" or "ray";
-    `ray_address` for ray only). Local worker processes start on entry, so that they start while the
-    source is read. `workers` None: local, the machine's default (cores.default_workers); ray, one actor."""
+    """The encode step on `executor` ("local" or "ray"; `ray_address` for ray only). Local worker
+    processes start on entry, so that they start while the source is read, and read their batches
+    from the spill themselves; Ray actors, which may be on other machines, are sent the batches'
+    conversations. `workers` None: local, the machine's default (cores.encode_processes, which also
+    caps what is asked); ray, one actor."""
     if executor == "ray":
-        from .ray import ray_encode_stream
+        from .ray import ray_encode_batches
 
-        yield lambda conversations, batch_size: ray_encode_stream(conversations, encoder, batch_size, workers,
-                                                                  ray_address)
+        actors = max(1, workers or 1)
+        yield Encoding(lambda batches: ray_encode_batches(batches, encoder, actors, ray_address),
+                       f"{actors} Ray actor{'s' if actors > 1 else ''}")
         return
-    from .cores import default_workers
+    from .cores import CORES_PER_WORKER, available_cores, encode_processes
     from .local import LocalEncoding
 
-    with LocalEncoding(encoder, default_workers() if workers is None else workers) as local:
-        yield local.stream
+    processes = encode_processes(workers)
+    with LocalEncoding(encoder, processes) as local:
+        summary = local.summary()
+        if workers is not None and processes < workers:
+            summary += (f"; --workers {workers} asked, {processes} run{'s' if processes == 1 else ''}: one process "
+                        f"per {CORES_PER_WORKER} cores at most ({available_cores()} cores here), as more were slower "
+                        f"(bench/README.md, \"Cores\")")
+        yield Encoding(local.stream, summary, by_reference=processes > 1)

@@ -2,7 +2,8 @@
 tokenizer's own threads.
 
 The cores are those this process may run on (its CPU affinity, which `taskset`, cpusets and most
-schedulers set), capped by a cgroup v2 CPU quota (`cpu.max`, what a container's CPU limit sets).
+schedulers set), capped by a cgroup v2 CPU quota (`cpu.max`, what a container's CPU limit sets), or
+DATABUILD_CORES where the user says how many.
 Every parallel stage sizes itself from this one figure: the source pass's threads, the hashing
 threads, the encode processes and their Rust threads.
 """
@@ -13,16 +14,24 @@ import math
 import os
 from pathlib import Path
 
+from ..errors import BuildError
+
 CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
-# Cores per encode process in the default --workers. Measured on 16-core nodes (bench/README.md,
-# "Cores"): one process with the tokenizer's threads on every core keeps ~7 of them busy, its Python
-# (render, masks, the driver's work) being serial; 4 processes of 4 threads were the fastest in
-# every run (1.35x one process on the recipe's job), ahead of 2, 8 and 16.
+# Cores per encode process, at least: each process runs its Python (render, masks) beside its share of
+# the tokenizer's threads, and the driver packs and writes beside them all. Measured (bench/README.md,
+# "Cores"): on 16 cores 4 processes of 4 threads were the fastest or level with the fastest in every
+# run; on 2 and 4 cores a second process was slower than one (12% and 25%): it only adds the hand-offs.
 CORES_PER_WORKER = 4
 
 
-def available_cores() -> int:
-    """Cores this process may use: its affinity, capped by a cgroup v2 CPU quota; at least 1."""
+def available_cores(environ=None) -> int:
+    """Cores this process may use: DATABUILD_CORES when set (a share of a node that its scheduler does
+    not enforce), else its affinity, capped by a cgroup v2 CPU quota; at least 1."""
+    asked = (os.environ if environ is None else environ).get("DATABUILD_CORES")
+    if asked is not None:
+        if not asked.strip().isdigit() or int(asked) < 1:
+            raise BuildError(f"DATABUILD_CORES={asked!r} in the environment: not a whole number of cores, 1 or more")
+        return int(asked)
     try:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
@@ -37,17 +46,31 @@ def available_cores() -> int:
 
 
 def default_workers(cores: int | None = None) -> int:
-    """The --workers a build uses when none is given: 1 up to 2 * CORES_PER_WORKER - 1 cores (one
-    process, the tokenizer's threads on all of them, its Python overlapped with them), else one
-    process per CORES_PER_WORKER cores."""
+    """The encode processes a build runs when --workers is not given, and the most it runs when it is:
+    one per CORES_PER_WORKER cores, at least 1 (below 8 cores: the build's own process, the
+    tokenizer's threads on every core, its Python overlapped with them)."""
     cores = available_cores() if cores is None else cores
-    return max(1, cores // CORES_PER_WORKER) if cores >= 2 * CORES_PER_WORKER else 1
+    return max(1, cores // CORES_PER_WORKER)
 
 
-def threads_per_worker(workers: int, cores: int | None = None) -> int:
+def encode_processes(asked: int | None, cores: int | None = None) -> int:
+    """The encode processes for --workers `asked` (None: the default): never more than the default,
+    since more were slower, never faster (CORES_PER_WORKER); the build says so when it runs fewer."""
+    most = default_workers(cores)
+    return most if asked is None else max(1, min(asked, most))
+
+
+def threads_per_worker(workers: int, cores: int | None = None, environ=None) -> int:
     """The tokenizer's threads (RAYON_NUM_THREADS) in each of `workers` encode processes: the cores
     shared out, so that processes times threads is the machine, not the machine per process (a
     thread pool per process as wide as the machine) nor one thread each (cores left idle when
-    there are fewer processes than cores)."""
+    there are fewer processes than cores). A RAYON_NUM_THREADS the user set is theirs: each process
+    gets that many."""
+    asked = (os.environ if environ is None else environ).get("RAYON_NUM_THREADS")
+    if asked is not None:
+        if not asked.strip().isdigit() or int(asked) < 1:
+            raise BuildError(f"RAYON_NUM_THREADS={asked!r} in the environment: not a whole number of threads, "
+                             "1 or more")
+        return int(asked)
     cores = available_cores() if cores is None else cores
     return max(1, cores // max(1, workers))

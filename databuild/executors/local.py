@@ -17,24 +17,36 @@ import multiprocessing
 import os
 import pickle
 import signal
+import tempfile
 import threading
 from collections import deque
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import fields
 from itertools import islice
+from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
 from ..encode.encoder import Encoder, TokenizedConversation
 from ..sources.reader import Conversation
+from ..sources.spill import SpilledBatch
+from ..sources.spill_folder import spill_folder
 from .cores import threads_per_worker
+
+
+Batch = "list[Conversation] | SpilledBatch"
 
 
 def batches(items: Iterable[Conversation], size: int) -> Iterator[list[Conversation]]:
     iterator = iter(items)
     while batch := list(islice(iterator, size)):
         yield batch
+
+
+def read_batch(batch: Batch) -> list[Conversation]:
+    """A batch's conversations: a list is them; a reference into the spill (SpilledBatch) reads them."""
+    return batch if isinstance(batch, list) else batch.read()
 
 
 def in_order(batches_: Iterable[list[Conversation]], submit: Callable, result: Callable,
@@ -50,12 +62,12 @@ def in_order(batches_: Iterable[list[Conversation]], submit: Callable, result: C
         yield from result(pending.popleft())
 
 
-def _overlapped(conversations: Iterable[Conversation], encoder: Encoder,
-                batch_size: int) -> Iterator[TokenizedConversation]:
+def _overlapped(batches_: Iterable[Batch], encoder: Encoder) -> Iterator[TokenizedConversation]:
     """One process: batch k+1 tokenizes on the Rust threads while Python masks batch k and the
     caller packs and writes it, so the cores are not left idle while either side works."""
     with ThreadPoolExecutor(max_workers=1) as pool:
         def submit(batch):
+            batch = read_batch(batch)
             rendered = encoder.render(batch)
             return batch, rendered, pool.submit(encoder.tokenize, rendered)
 
@@ -63,7 +75,7 @@ def _overlapped(conversations: Iterable[Conversation], encoder: Encoder,
             batch, rendered, future = item
             return encoder.finish(batch, rendered, future.result())
 
-        yield from in_order(batches(conversations, batch_size), submit, result, 2)
+        yield from in_order(batches_, submit, result, 2)
 
 
 THREAD_VARIABLES = ("RAYON_NUM_THREADS", "TOKENIZERS_PARALLELISM")
@@ -73,9 +85,15 @@ WORKER_PARTS = 4
 _worker_encoder: Encoder | None = None  # in a worker process: the one the pool was started with
 
 
-def _start_worker(encoder: bytes) -> None:
+def _start_worker(encoder_file: str) -> None:
     global _worker_encoder
-    _worker_encoder = pickle.loads(encoder)
+    try:
+        _worker_encoder = pickle.loads(Path(encoder_file).read_bytes())
+    except FileNotFoundError:  # the build ended (stopped) before this worker started: nothing to do
+        os._exit(0)
+    # Compiling the templates imports transformers' Jinja environment: done while the driver reads
+    # the source, not at the first batch, when every worker would do it at once with the driver waiting.
+    _worker_encoder.renderer.compile()
     # Ctrl-C reaches the whole process group: a worker ends at once and silently, as on SIGTERM (no
     # traceback of its own); the parent cleans up and says in one line what was stopped.
     signal.signal(signal.SIGINT, signal.SIG_DFL)
@@ -85,8 +103,10 @@ def _ready() -> None:
     """A worker's first call: returns once the worker has started (imports done, encoder received)."""
 
 
-def _encode_in_worker(batch: list[Conversation]) -> tuple:
-    return to_columns(list(_overlapped(batch, _worker_encoder, max(1, -(-len(batch) // WORKER_PARTS)))))
+def _encode_in_worker(batch: Batch) -> tuple:
+    conversations = read_batch(batch)
+    return to_columns(list(_overlapped(batches(conversations, max(1, -(-len(conversations) // WORKER_PARTS))),
+                                       _worker_encoder)))
 
 
 _ARRAYS = ("input_ids", "loss_mask")
@@ -111,20 +131,35 @@ def from_columns(columns: tuple) -> list[TokenizedConversation]:
             for values, low, high in zip(scalars, [0] + ends[:-1], ends)]
 
 
+def _start_resource_tracker() -> None:
+    """multiprocessing's resource tracker, started now with SIGHUP blocked: it ignores SIGINT and
+    SIGTERM but not SIGHUP, so a terminal's hang-up sent to the process group would kill it, and it
+    would fill stderr with its complaints while the build stops. The mask is this thread's, and
+    restored at once; a SIGHUP meanwhile waits, and is handled then."""
+    from multiprocessing import resource_tracker
+
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
+    try:
+        resource_tracker.ensure_running()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+
 class LocalEncoding:
     """The encode step on this machine for one build, as a context: with `workers` > 1, a pool of
     worker processes started on entry, from a thread of its own, so that they start, import and
     receive the encoder while the driver reads the source; shut down on exit. With 1, this process.
 
-    The encoder goes to the workers as pickled bytes, unpickled by each worker's initializer: a
+    The encoder goes to the workers as a file of pickled bytes, read by each worker's initializer: a
     spawned child reads what its parent writes only once it has unpickled it, so an encoder passed
     as itself (whose unpickling imports transformers) would make the parent wait for each child's
-    imports in turn."""
+    imports in turn, and one passed as bytes could leave it blocked (__enter__ says why)."""
 
     def __init__(self, encoder: Encoder, workers: int = 1):
         self.encoder, self.workers, self.pool = encoder, max(1, workers), None
         self.saved: dict[str, str | None] = {}
         self.starting: threading.Thread | None = None
+        self.folder: tempfile.TemporaryDirectory | None = None
 
     def __enter__(self) -> LocalEncoding:
         if self.workers == 1:
@@ -134,10 +169,17 @@ class LocalEncoding:
         # Children inherit these at spawn; the tokenizer reads them when its thread pool starts.
         os.environ.update(RAYON_NUM_THREADS=str(threads), TOKENIZERS_PARALLELISM="true" if threads > 1 else "false")
         try:
-            # spawn, not fork: the tokenizer's Rust thread pool does not survive a fork. The encoder
-            # (tokenizer included) goes to each worker once, not with every batch.
+            # The encoder (tokenizer included) goes to each worker once, not with every batch, as a file:
+            # what a spawned child is started with goes through a pipe that its parent writes in full
+            # before it carries on, and a child stopped before reading megabytes of it (a SIGTERM to the
+            # process group while workers start) would leave the parent blocked on that write forever.
+            _start_resource_tracker()
+            self.folder = spill_folder()  # owned: removed on exit, or by the next make if this one is killed
+            encoder_file = Path(self.folder.name) / "encoder.pickle"
+            encoder_file.write_bytes(pickle.dumps(self.encoder))
+            # spawn, not fork: the tokenizer's Rust thread pool does not survive a fork.
             self.pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=multiprocessing.get_context("spawn"),
-                                            initializer=_start_worker, initargs=(pickle.dumps(self.encoder),))
+                                            initializer=_start_worker, initargs=(str(encoder_file),))
             # One call each starts them all now, not at the first batches, and not on this thread.
             self.starting = threading.Thread(target=lambda: [self.pool.submit(_ready) for _ in range(self.workers)],
                                              name="databuild-start-workers", daemon=True)
@@ -147,12 +189,21 @@ class LocalEncoding:
             raise
         return self
 
-    def stream(self, conversations: Iterable[Conversation], batch_size: int) -> Iterator[TokenizedConversation]:
-        """Tokenized conversations in input order; at most 2*workers batches in flight (bounded memory)."""
+    def summary(self) -> str:
+        """How this encodes, in words: processes, and the tokenizer's threads in each."""
+        threads = threads_per_worker(self.workers)
+        if self.workers == 1:
+            return (f"1 process (the build's own) with {threads} tokenizer threads" if "RAYON_NUM_THREADS" in os.environ
+                    else f"1 process (the build's own), the tokenizer's threads on every core")
+        return f"{self.workers} processes x {threads} tokenizer threads"
+
+    def stream(self, batches_: Iterable[Batch]) -> Iterator[TokenizedConversation]:
+        """Tokenized conversations in input order; at most 2*workers batches in flight (bounded memory).
+        A worker is sent a batch as it is: a reference into the spill goes as that, and the worker reads it."""
         if self.pool is None:
-            return _overlapped(conversations, self.encoder, batch_size)
+            return _overlapped(batches_, self.encoder)
         self.starting.join()
-        return in_order(batches(conversations, batch_size), lambda b: self.pool.submit(_encode_in_worker, b),
+        return in_order(batches_, lambda b: self.pool.submit(_encode_in_worker, b),
                         lambda future: from_columns(future.result()), 2 * self.workers)
 
     def __exit__(self, *exc) -> None:
@@ -162,6 +213,9 @@ class LocalEncoding:
         if self.pool is not None:
             self.pool.shutdown(cancel_futures=True)
             self.pool = None
+        if self.folder is not None:
+            self.folder.cleanup()
+            self.folder = None
         for name, value in self.saved.items():
             if value is None:
                 os.environ.pop(name, None)
@@ -174,4 +228,4 @@ def encode_stream(conversations: Iterable[Conversation], encoder: Encoder, batch
                   workers: int = 1) -> Iterator[TokenizedConversation]:
     """Tokenized conversations in input order. At most 2*workers batches are in flight (bounded memory)."""
     with LocalEncoding(encoder, workers) as local:
-        yield from local.stream(conversations, batch_size)
+        yield from local.stream(batches(conversations, batch_size))

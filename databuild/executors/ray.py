@@ -28,7 +28,7 @@ from ..encode.encoder import Encoder, TokenizedConversation
 from ..errors import BuildError, first_line
 from ..publish.manifest import library_versions
 from ..sources.reader import Conversation
-from .local import batches, in_order
+from .local import Batch, batches, in_order, read_batch
 
 # One core per worker: each actor reserves one CPU and its tokenizer uses one thread (no Rust pool
 # of its own: RAYON_NUM_THREADS=1); TOKENIZERS_PARALLELISM set explicitly never warns about forks.
@@ -127,10 +127,17 @@ def ray_encode_stream(conversations: Iterable[Conversation], encoder: Encoder, b
     A missing ray fails here, at the call; Ray is reached at the first result and left (shut down if
     this started it, else only our actors killed) when the generator ends or is closed.
     """
-    return _stream(_import_ray(), conversations, encoder, batch_size, max(1, workers or 1), address)
+    return ray_encode_batches(batches(conversations, batch_size), encoder, workers, address)
 
 
-def _stream(ray, conversations: Iterable[Conversation], encoder: Encoder, batch_size: int, workers: int,
+def ray_encode_batches(batches_: Iterable[Batch], encoder: Encoder, workers: int | None,
+                       address: str | None) -> Iterator[TokenizedConversation]:
+    """As ray_encode_stream, the stream already cut into batches; a batch that is a reference into the
+    spill is read here, on the driver (an actor may be on a machine without the spill)."""
+    return _stream(_import_ray(), batches_, encoder, max(1, workers or 1), address)
+
+
+def _stream(ray, batches_: Iterable[Batch], encoder: Encoder, workers: int,
             address: str | None) -> Iterator[TokenizedConversation]:
     started = _connect(ray, address, workers)
     actors = []
@@ -142,7 +149,7 @@ def _stream(ray, conversations: Iterable[Conversation], encoder: Encoder, batch_
         _check_versions(ray, actors)
 
         turn = itertools.cycle(actors)  # batch k to actor k % workers: each runs its batches in order
-        yield from in_order(batches(conversations, batch_size), lambda b: next(turn).encode_batch.remote(b),
+        yield from in_order(batches_, lambda b: next(turn).encode_batch.remote(read_batch(b)),
                             lambda ref: _get(ray, ref, "nothing was written; rerun the build"), 2 * workers)
     finally:
         if ray.is_initialized():

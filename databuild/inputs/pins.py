@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import hashlib
 import re
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from ..errors import BuildError
 from ..executors.cores import available_cores
@@ -43,17 +45,42 @@ def file_sha256(path: Path, progress: Callable[[int], Any] | None = None) -> tup
     return sha.hexdigest(), size
 
 
-def hash_files(paths: list[Path], desc: str) -> list[tuple[str, int]]:
+def hash_files(paths: list[Path], desc: str | None,
+                progress: Callable[[int], Any] | None = None) -> list[tuple[str, int]]:
     """(sha256, bytes) of each file, in the order given, the files hashed at once on threads, one per
-    core (hashlib releases the GIL), with a progress bar over their bytes (on a terminal only)."""
+    core (hashlib releases the GIL), with a progress bar over their bytes (on a terminal only; none
+    when `desc` is None; `progress` is also given each chunk's size)."""
     from tqdm import tqdm
 
     with tqdm(total=sum(p.stat().st_size for p in paths), desc=desc, unit="B", unit_scale=True,
-              disable=None, leave=False) as bar:
+              disable=None if desc else True, leave=False) as bar:
+        update = bar.update if progress is None else lambda n: (bar.update(n), progress(n))
         if len(paths) <= 1:
-            return [file_sha256(path, bar.update) for path in paths]
+            return [file_sha256(path, update) for path in paths]
         with ThreadPoolExecutor(max_workers=min(len(paths), available_cores())) as pool:
-            return list(pool.map(lambda path: file_sha256(path, bar.update), paths))
+            return list(pool.map(lambda path: file_sha256(path, update), paths))
+
+
+class _Stopped(Exception):
+    pass
+
+
+@contextmanager
+def hashing_in_background(paths: list[Path]) -> Iterator[Future]:
+    """hash_files(paths), started now on threads of its own; its future. Leaving the context stops
+    it within a chunk, so that a failed or stopped build does not wait for it."""
+    stop = threading.Event()
+
+    def stopping(_):
+        if stop.is_set():
+            raise _Stopped
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="databuild-rehash") as pool:
+        future = pool.submit(hash_files, paths, None, stopping)
+        try:
+            yield future
+        finally:
+            stop.set()
 
 
 def check_tokenizer_pins(directory: Path, pins: tuple[tuple[str, str], ...], where: str,
@@ -107,13 +134,15 @@ def check_shards(files: list[SourceFile], split: str, where: str) -> None:
                          f"({len(missing)} of {total} missing)")
 
 
-def check_unchanged(inputs) -> None:
+def check_unchanged(inputs, hashed: list[tuple[str, int]] | None = None) -> None:
     """The source files hash as they did when the build began: a file changed, replaced or deleted
     while the build read it is refused, so no build publishes rows of two versions of its input.
 
     Every byte is read again (a size and mtime comparison alone would miss a rewrite that keeps
     both, or an mtime set back); a file whose size differs is refused before any is hashed, and the
-    files are hashed in parallel, so on a many-core node the check costs about the largest file."""
+    files are hashed in parallel, so on a many-core node the check costs about the largest file.
+    `hashed`: hash_files of the source taken after the build's last read of it (while it encoded),
+    used in place of hashing again now."""
     pinned = [(size, digest) for source in inputs.sources for _, size, digest in source.hashes]
     for file, (size, _) in zip(inputs.source_files, pinned):
         if not file.path.is_file():
@@ -121,7 +150,7 @@ def check_unchanged(inputs) -> None:
         if file.path.stat().st_size != size:
             raise BuildError(f"{file.name}: the source file changed while the build read it ({size} bytes when "
                              f"it began, {file.path.stat().st_size} now); nothing published, run make again")
-    now = hash_files([f.path for f in inputs.source_files], "re-hashing the source")
+    now = hashed or hash_files([f.path for f in inputs.source_files], "re-hashing the source")
     for file, (_, digest), (found, _) in zip(inputs.source_files, pinned, now):
         if found != digest:
             raise BuildError(f"{file.name}: the source file changed while the build read it (sha256 {digest} when "

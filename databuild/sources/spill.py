@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import defaultdict
+from dataclasses import dataclass, replace
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -32,7 +33,7 @@ from tqdm import tqdm
 
 from ..errors import BuildError
 from ..executors.cores import available_cores
-from ..sources.bad import BadConversation
+from ..sources.bad import BadConversation, Problem
 from ..sources.reader import COLUMNS, RECORD_COUNTS, Conversation, SourceFile, check_batch, iter_batches, with_valid_utf8
 
 PARTS_PER_THREAD = 4  # parts of the source per thread in a pass: small enough to even out the threads' loads
@@ -87,6 +88,29 @@ class Spill:
             if bucket * self.window >= self.spilled:
                 self._pass(max(2 * self.spilled, self.window), check=False)
             yield from _read_bucket(self._path(bucket))
+
+    def batches(self, size: int, malformed: dict[int, BadConversation]) -> Iterator[SpilledBatch]:
+        """The stream of conversations() cut into batches of `size` (the last shorter), as references
+        into the bucket files; spills further ranges as it gets there."""
+        pieces, count = [], 0
+        for bucket in range(-(-self.size // self.window)):
+            if bucket * self.window >= self.spilled:
+                self._pass(max(2 * self.spilled, self.window), check=False)
+            path = self._path(bucket)
+            with pa.memory_map(str(path)) as source:
+                table = pa.ipc.open_file(source).read_all().select(["position", "index"])
+                order = np.argsort(table.column("position").to_numpy(), kind="stable")
+                indices = table.column("index").to_numpy()[order]
+            low = 0
+            while low < len(order):
+                high = min(len(order), low + size - count)
+                pieces.append((path, order[low:high], indices[low:high]))
+                count, low = count + high - low, high
+                if count == size:
+                    yield _batch(pieces, malformed)
+                    pieces, count = [], 0
+        if pieces:
+            yield _batch(pieces, malformed)
 
     def _path(self, bucket: int) -> Path:
         return self.directory / f"bucket-{bucket:06d}.arrow"
@@ -161,6 +185,12 @@ class Spill:
         return found
 
 
+def _batch(pieces: list, malformed: dict[int, BadConversation]) -> SpilledBatch:
+    bad = {int(i): malformed[int(i)].problem for _, _, indices in pieces
+           for i in indices[np.isin(indices, list(malformed))]} if malformed else {}
+    return SpilledBatch(tuple((path, rows) for path, rows, _ in pieces), bad)
+
+
 def _parts(files: list[SourceFile], count: int) -> list[tuple[SourceFile, range]]:
     """The files cut into about `count` parts of whole row groups, in source order: a part is as
     many consecutive row groups as make up a count-th of the rows (at least one group), so a
@@ -184,24 +214,69 @@ def _parts(files: list[SourceFile], count: int) -> list[tuple[SourceFile, range]
 
 
 def _read_bucket(path: Path) -> Iterator[Conversation]:
+    table = _bucket(path)
+    conversations = _conversations(table)
+    for k in np.argsort(table.column("position").to_numpy(), kind="stable"):
+        yield conversations[k]
+
+
+def _bucket(path: Path) -> pa.Table:
     with pa.memory_map(str(path)) as source:
-        table = pa.ipc.open_file(source).read_all()
+        return pa.ipc.open_file(source).read_all()
+
+
+def _conversations(table: pa.Table) -> list[Conversation]:
+    """The conversations of rows of a bucket file, in the table's order."""
     positions = table.column("position").to_numpy()
     indices = table.column("index").to_numpy()
     ids, sources = table.column("id").to_pylist(), table.column("source").to_pylist()
     tools = [None if text is None else json.loads(text) for text in table.column("tools").to_pylist()]
     # Column by column: one Python list per field, not a dict per row and per message.
     messages = table.column("messages").combine_chunks()
-    ends = np.cumsum(pc.fill_null(pc.list_value_length(messages), 0).to_numpy(zero_copy_only=False))
+    ends = np.cumsum(pc.fill_null(pc.list_value_length(messages), 0).to_numpy(zero_copy_only=False)).tolist()
     flat = messages.flatten()
     # The Tulu schema's key order, which `datasets` and apply_chat_template give the template; a
     # message's other fields after them, in the source's order.
     dicts = [{"content": content, "role": role} if fields is None else
              {"content": content, "role": role, **json.loads(fields)} for content, role, fields in
              zip(*(pc.struct_field(flat, name).to_pylist() for name in ("content", "role", "fields")))]
-    del table, messages, flat
-    for k in np.argsort(positions, kind="stable"):
-        yield Conversation(
-            position=int(positions[k]), index=int(indices[k]), id=ids[k] or "", source=sources[k] or "",
-            messages=tuple(dicts[(ends[k - 1] if k else 0):ends[k]]), tools=tools[k],
-        )
+    return [Conversation(position=int(positions[k]), index=int(indices[k]), id=ids[k] or "", source=sources[k] or "",
+                         messages=tuple(dicts[(ends[k - 1] if k else 0):ends[k]]), tools=tools[k])
+            for k in range(len(positions))]
+
+
+def _rows_of(table: pa.Table, rows: np.ndarray) -> pa.Table:
+    """`rows` of a bucket, in that order, taken from the record batches that hold them: a take on the
+    whole table would first join its record batches (one per part of the pass that wrote to it),
+    copying the bucket for every batch read from it."""
+    chunks = table.to_batches()
+    starts = np.cumsum([0] + [chunk.num_rows for chunk in chunks])
+    chunk_of = np.searchsorted(starts, rows, side="right") - 1
+    order = np.argsort(chunk_of, kind="stable")
+    by_chunk = rows[order], chunk_of[order]
+    picked = [chunks[c].take(pa.array(by_chunk[0][by_chunk[1] == c] - starts[c])) for c in np.unique(chunk_of)]
+    # `picked` holds the rows in the order `order` put them in; its inverse puts them back
+    return pa.Table.from_batches(picked, schema=table.schema).take(pa.array(np.argsort(order, kind="stable")))
+
+
+@dataclass(frozen=True)
+class SpilledBatch:
+    """Consecutive conversations of the stream named by where they lie in the bucket files, not by
+    their text: what the driver hands a local worker process, which reads them itself. The driver's
+    one thread then neither decodes the messages to Python nor pickles them, and the reading is
+    spread over the workers. `read()` gives the conversations, malformed ones marked (their
+    messages left out, as sources.bad.marked marks them)."""
+    pieces: tuple[tuple[Path, np.ndarray], ...]  # (bucket file, its rows in stream order)
+    malformed: dict[int, Problem]  # by source row index: the batch's conversations that are malformed
+
+    def read(self) -> list[Conversation]:
+        out = []
+        for path, rows in self.pieces:
+            out += _conversations(_rows_of(_bucket(path), rows))
+        if self.malformed:
+            out = [c if c.index not in self.malformed else replace(c, messages=(), problem=self.malformed[c.index])
+                   for c in out]
+        return out
+
+    def __len__(self) -> int:
+        return sum(len(rows) for _, rows in self.pieces)

@@ -18,8 +18,9 @@ OWNER_FILE = "owner.json"
 
 
 def spill_folder() -> tempfile.TemporaryDirectory:
-    """A new folder for the bucket files in $TMPDIR, `databuild-HOST-PID-XXXXXXXX`, holding `owner.json`
-    ({host, pid, started, boot}), which `stale_spill_folders` reads."""
+    """A new folder for a build's temporary files (the bucket files; the encoder its worker processes
+    read) in $TMPDIR, `databuild-HOST-PID-XXXXXXXX`, holding `owner.json` ({host, pid, started, boot}),
+    which `stale_spill_folders` reads."""
     host = socket.gethostname()
     folder = tempfile.TemporaryDirectory(prefix=f"{SPILL_PREFIX}{re.sub(r'[^A-Za-z0-9.]', '_', host)}-{os.getpid()}-")
     owner = {"host": host, "pid": os.getpid(), "started": _started(os.getpid()), "boot": _boot_id()}
@@ -31,8 +32,8 @@ def remove_stale_spill_folders() -> None:
     """Remove the spill folders in $TMPDIR of this host's builds that are gone, each said in a line."""
     for path, owner in stale_spill_folders(Path(tempfile.gettempdir())):
         shutil.rmtree(path, ignore_errors=True)
-        logging.getLogger(__name__).warning(f"removed {path}: spill of a build stopped before it could clean up "
-                                            f"(pid {owner['pid']} on {owner['host']}, gone)")
+        logging.getLogger(__name__).warning(f"removed {path}: temporary files of a build stopped before it could "
+                                            f"clean up (pid {owner['pid']} on {owner['host']}, gone)")
 
 
 def stale_spill_folders(directory: Path) -> list[tuple[Path, dict]]:
