@@ -89,10 +89,13 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="cores: the job at each --curve-workers count against its limit, and the driver's ceiling")
     parser.add_argument("--curve-workers", default=None,
                         help="comma-separated --workers counts for --curve (default 1, 2, 4, ... up to the cores, "
-                             "and databuild's default)")
+                             "and databuild's default); W:T runs --workers W with RAYON_NUM_THREADS=T")
     parser.add_argument("--big-rows", type=int, default=None,
                         help="--curve: also a job of this many rows at databuild's default --workers, "
                              "against its own limit")
+    parser.add_argument("--big-workers", default=None,
+                        help="--big-rows: its --workers, comma-separated W or W:T as in --curve-workers, one job each "
+                             "(default: databuild's)")
     parser.add_argument("--profile", type=Path, default=None,
                         help="--curve: profile each job's main thread (cProfile) into DIR/job-1x-wN.prof, "
                              "and print its top")
@@ -205,7 +208,9 @@ def estimate_rows(corpus, args, tokenizer: Path, kwargs: dict, tmp: Path) -> int
 
 
 def build(args, corpus, tokenizer: Path, loss_mask: str, kwargs: dict, rows: int, tmp: Path, tag: str,
-          packing: dict | None = None, workers: int | None = None) -> dict:
+          packing: dict | None = None, workers: int | None = None, threads: int | None = None) -> dict:
+    """Path (c), `args.repeat` times, the fastest kept. `threads`: RAYON_NUM_THREADS for this build alone
+    (default: --threads)."""
     name = f"bench-{tag}"
     config = write_config(tmp / f"{name}.yaml", name, corpus.root, tokenizer, loss_mask, kwargs,
                           args.seed, args.row_tokens, rows, packing)
@@ -213,7 +218,8 @@ def build(args, corpus, tokenizer: Path, loss_mask: str, kwargs: dict, rows: int
     job = {"path": "make", "config": str(config), "out": str(tmp / f"out-{tag}"), "workers": workers or None,
            "batch_size": args.batch_size, "window": args.window,
            "profile": str(args.profile / f"job-{tag}.prof") if getattr(args, "profile", None) else None}
-    return fastest([run_worker(job, tmp, args.threads, args.databuild) for _ in range(args.repeat)])
+    threads = args.threads if threads is None else threads
+    return {**fastest([run_worker(job, tmp, threads, args.databuild) for _ in range(args.repeat)]), "tag": tag}
 
 
 def fastest(results: list[dict]) -> dict:
@@ -378,11 +384,17 @@ def make_corpus(args, conversations: int):
 
 # ---- cores --------------------------------------------------------------------------------------
 
-def worker_counts(spec: str | None, cores: int, default: int) -> list[int]:
+def worker_counts(spec: str | None, cores: int, default: int) -> list[tuple[int, int | None]]:
+    """(workers, tokenizer threads per worker or None for databuild's own share) for each job of the
+    curve: "4" is --workers 4, "4:5" is --workers 4 with RAYON_NUM_THREADS=5."""
     if spec:
-        return [int(w) for w in spec.split(",")]
+        return [(int(w), int(t) if t else None) for w, _, t in (item.partition(":") for item in spec.split(","))]
     counts = [1 << k for k in range(cores.bit_length()) if 1 << k <= cores]
-    return sorted(set(counts + [default]))
+    return [(w, None) for w in sorted(set(counts + [default]))]
+
+
+def label(workers: int, threads: int | None) -> str:
+    return f"{workers}" if threads is None else f"{workers}:{threads}"
 
 
 def limit_of(args, corpus, tokenizer, kwargs, tmp, conversations: int, read: dict) -> dict:
@@ -407,24 +419,27 @@ def curve(args, corpus, tokenizer, loss_mask, kwargs, tmp) -> dict:
     read = run_worker({"path": "read", "corpus": str(corpus.root)}, tmp, args.threads)
     print(f"read: {read['seconds']:.2f} s", flush=True)
     jobs = {}
-    for workers in counts:
-        jobs[workers] = build(args, corpus, tokenizer, loss_mask, kwargs, rows, tmp, f"1x-w{workers}", workers=workers)
-        print(f"job, --workers {workers}: {jobs[workers]['seconds']:.1f} s", flush=True)
+    for workers, threads in counts:
+        name = label(workers, threads)
+        key = name if name not in jobs else f"{name}#{len(jobs)}"  # a count asked for twice: both kept
+        tag = f"1x-w{key.replace(':', 't').replace('#', '-')}"
+        jobs[key] = build(args, corpus, tokenizer, loss_mask, kwargs, rows, tmp, tag, workers=workers, threads=threads)
+        print(f"job, --workers {key}: {jobs[key]['seconds']:.1f} s ({jobs[key]['encoding']})", flush=True)
         if args.profile:
             import pstats
 
-            pstats.Stats(str(args.profile / f"job-1x-w{workers}.prof")).sort_stats("tottime").print_stats(25)
-    conversations = jobs[counts[0]]["conversations"]
+            pstats.Stats(str(args.profile / f"job-{tag}.prof")).sort_stats("tottime").print_stats(25)
+    conversations = next(iter(jobs.values()))["conversations"]
     limit = limit_of(args, corpus, tokenizer, kwargs, tmp, conversations, read)
     print(f"limit: read {limit['read_seconds']:.2f} s + floor {limit['floor_seconds']:.2f} s", flush=True)
-    config = tmp / f"bench-1x-w{counts[0]}.yaml"
+    config = tmp / f"bench-{next(iter(jobs.values()))['tag']}.yaml"
     driver = run_worker({"path": "driver", "config": str(config), "conversations": conversations,
                          "batch_size": args.batch_size, "out": str(tmp)}, tmp, args.threads, args.databuild)
     identical = len({r["rows_sha256"] for r in jobs.values()}) == 1
     print(f"\n{'--workers':>9}{'wall s':>8}{'CPU':>7}{'tokens/s':>12}{'job/limit':>10}{'peak RSS MiB':>14}")
-    for workers, r in jobs.items():
-        mark = " (default)" if workers == default else ""
-        print(f"{workers:>9}{r['seconds']:>8.1f}{r['cpu_seconds'] / r['seconds']:>7.0%}{rate(r):>12,.0f}"
+    for key, r in jobs.items():
+        mark = " (default)" if key.partition("#")[0] == str(default) else ""
+        print(f"{key:>9}{r['seconds']:>8.1f}{r['cpu_seconds'] / r['seconds']:>7.0%}{rate(r):>12,.0f}"
               f"{r['seconds'] / limit['seconds']:>10.2f}{rss(r):>14,.0f}  {r['phases']}{mark}")
     print(f"limit {limit['seconds']:.1f} s = read {limit['read_seconds']:.2f} s + floor {limit['floor_seconds']:.2f} s "
           f"({conversations:,} conversations, {limit['floor']['tokens']:,} tokens); rows_sha256 "
@@ -433,16 +448,24 @@ def curve(args, corpus, tokenizer, loss_mask, kwargs, tmp) -> dict:
           f"({driver['seconds']:.2f} s for {driver['tokens']:,} tokens); the stream read back to Python alone: "
           f"{driver['stream_tokens'] / driver['read_seconds']:,.0f} tokens/s", flush=True)
     report = {"mode": "curve", "rows": rows, "cores": cores, "default_workers": default, "limit": limit,
-              "jobs": {str(w): r for w, r in jobs.items()}, "driver": driver, "rows_sha256_identical": identical,
+              "jobs": jobs, "driver": driver, "rows_sha256_identical": identical,
               "ratios": {f"job/limit w{w}": r["seconds"] / limit["seconds"] for w, r in jobs.items()}}
     if args.big_rows:
-        big = build(args, corpus, tokenizer, loss_mask, kwargs, args.big_rows, tmp, "big", workers=default)
-        big_limit = limit_of(args, corpus, tokenizer, kwargs, tmp, big["conversations"], read)
-        report.update(big=big, big_limit=big_limit)
-        report["ratios"]["big job/limit"] = big["seconds"] / big_limit["seconds"]
-        print(f"big job: {args.big_rows} rows, --workers {default}: {big['seconds']:.1f} s against a limit of "
-              f"{big_limit['seconds']:.1f} s (read {big_limit['read_seconds']:.2f} + floor "
-              f"{big_limit['floor_seconds']:.2f}): {big['seconds'] / big_limit['seconds']:.2f}x", flush=True)
+        bigs = {}
+        for workers, threads in (worker_counts(args.big_workers, cores, default) if args.big_workers
+                                 else [(default, None)]):
+            name = label(workers, threads)
+            bigs[name] = build(args, corpus, tokenizer, loss_mask, kwargs, args.big_rows, tmp,
+                               f"big-w{name.replace(':', 't')}", workers=workers, threads=threads)
+            print(f"big job, --workers {name}: {bigs[name]['seconds']:.1f} s", flush=True)
+        big_limit = limit_of(args, corpus, tokenizer, kwargs, tmp, next(iter(bigs.values()))["conversations"], read)
+        report.update(big=bigs, big_limit=big_limit)
+        for name, big in bigs.items():
+            report["ratios"][f"big job/limit w{name}"] = big["seconds"] / big_limit["seconds"]
+            print(f"big job: {args.big_rows} rows, --workers {name}: {big['seconds']:.1f} s against a limit of "
+                  f"{big_limit['seconds']:.1f} s (read {big_limit['read_seconds']:.2f} + floor "
+                  f"{big_limit['floor_seconds']:.2f}): {big['seconds'] / big_limit['seconds']:.2f}x; phases "
+                  f"{big['phases']}", flush=True)
     report["verdicts"] = {}
     return report
 

@@ -73,6 +73,19 @@ class TreePeak(threading.Thread):
 
 
 def _tree(root: int) -> list[int]:
+    """root and its descendants: from each task's `children` list (a few reads, not a scan of /proc,
+    whose time would be taken from the driver being measured), else from every process's parent."""
+    if Path(f"/proc/{root}/task").is_dir() and next(Path(f"/proc/{root}/task").glob("*/children"), None):
+        found, todo = [], [root]
+        while todo:
+            pid = todo.pop()
+            found.append(pid)
+            for children in Path(f"/proc/{pid}/task").glob("*/children"):
+                try:
+                    todo += [int(c) for c in children.read_text().split()]
+                except OSError:
+                    continue
+        return found
     parents: dict[int, list[int]] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -309,6 +322,7 @@ def run_make(job: dict) -> dict:
             "rows_skipped": counts["rows_skipped"]["no_supervised_token"],
             "rows_sha256": output["rows_sha256"], "parquet_bytes": output["parquet_bytes"],
             "databuild": str(Path(databuild.__file__).parent),
+            "encoding": getattr(result, "encoding", None),  # None: a databuild from before it said
             "phases": {k: round(v, 3) for k, v in {**phases, **waits}.items()},
             "tree_peak_rss_mib": tree.stop() if tree else None, **load.figures}
 
