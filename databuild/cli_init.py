@@ -1,0 +1,90 @@
+"""`databuild init`: a config written from a user's own tokenizer and datasets.
+
+cli.py registers this command (main.add_command).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from .errors import BuildError, one_line_errors
+
+
+def _format_option(value: str):
+    """--format: a format's name, 'auto', or a YAML mapping {messages: COLUMN, role: FIELD, content: FIELD}."""
+    if not value.lstrip().startswith("{"):
+        return value
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import YAMLError
+
+    try:
+        return dict(YAML(typ="safe", pure=True).load(value))
+    except (YAMLError, TypeError, ValueError) as exc:
+        raise BuildError(f"--format {value}: not a mapping ({str(exc).splitlines()[0]})") from None
+
+
+@click.command()
+@click.argument("name")
+@click.option("--tokenizer", "tokenizer", required=True, metavar="DIR|ORG/NAME[@REV]",
+              help="The tokenizer: a local folder (pinned by content), or a hub model repo at a branch, tag or "
+                   "commit (default main), resolved to its commit; offline, from the hub cache.")
+@click.option("--source", "sources", required=True, multiple=True, metavar="DIR|ORG/NAME[@REV]",
+              help="A source, laid out as its hub repo (data/SPLIT-*.parquet); repeat for a mixture, in order.")
+@click.option("--format", "formats", multiple=True, metavar="NAME|MAPPING",
+              help="A source's format, once per source in order, where detection cannot decide: messages, "
+                   "sharegpt, prompt_completion, '{messages: COL, role: F, content: F}', or auto.")
+@click.option("--rows", type=click.IntRange(min=1), help="Rows the build keeps.")
+@click.option("--row-tokens", type=click.IntRange(min=1), help="Tokens per row.")
+@click.option("--split", default="train", show_default=True, help="The split every source is read from.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="The permutation's seed.")
+@click.option("--loss-mask", type=click.Choice(["assistant", "muse_spark"]), default="assistant", show_default=True,
+              help="The targets: assistant turns, or muse_spark for harmony templates.")
+@click.option("--packing", type=click.Choice(["concat", "bfd"]), default="concat", show_default=True)
+@click.option("--current-date", metavar="YYYY-MM-DD", help="The date a template that reads the clock renders.")
+@click.option("--end-of-turn", "end_of_turn", multiple=True, metavar="TOKEN",
+              help="A token closing assistant turns on a template without generation tags (default: the "
+                   "tokens generation_config.json stops on).")
+@click.option("--chat-template-name", help="Which of the tokenizer's named chat templates renders.")
+@click.option("--on-bad-conversation", type=click.Choice(["error", "skip"]), default="error", show_default=True)
+@click.option("-o", "--out", type=click.Path(dir_okay=False, path_type=Path),
+              help="Where to write the config. Default: configs/NAME.yaml.")
+@click.option("--offline", is_flag=True, help="Use the hub cache only (as HF_HUB_OFFLINE=1).")
+@click.option("--force", is_flag=True, help="Replace the config if it exists.")
+@one_line_errors
+def init(name, tokenizer, sources, formats, rows, row_tokens, split, seed, loss_mask, packing, current_date,
+         end_of_turn, chat_template_name, on_bad_conversation, out, offline, force):
+    """Write configs/NAME.yaml from a tokenizer and sources, every input pinned, ready for `make NAME`.
+
+    Hub revisions are resolved to commits and every file's sha256 pinned; local folders are pinned
+    by content. Each source's format is detected from its schema, and the chat template inspected
+    (generation tags, ends of turn, the clock, named templates); each key gets a comment. What it
+    cannot decide it asks for, naming the option.
+
+    \b
+    Examples:
+      databuild init my-sft --tokenizer ./phi-3-mini --source ./tulu --source ./sharegpt --rows 1000 --row-tokens 4096
+      databuild init my-sft --tokenizer Qwen/Qwen2.5-7B-Instruct --source allenai/tulu-3-sft-mixture \\
+          --rows 6400 --row-tokens 8192 --offline
+      databuild make my-sft
+    """
+    from .scaffold import InitOptions, init_config
+
+    options = InitOptions(name, tokenizer, tuple(sources), row_tokens, rows, out, tuple(map(_format_option, formats)),
+                          split, seed, loss_mask, packing, current_date, tuple(end_of_turn), chat_template_name,
+                          on_bad_conversation, offline, force)
+    path, config = init_config(options)
+    click.echo(f"{path}")
+    def pinned(entry) -> str:
+        return f"{len(entry['sha256'])} file{'s' if len(entry['sha256']) != 1 else ''} pinned"
+
+    for number, source in enumerate(config["sources"]):
+        where = source.get("repo") or source.get("dir")
+        fmt = source["format"] if isinstance(source["format"], str) else "columns"
+        click.echo(f"  source {number}  {where} ({fmt}, {pinned(source)})")
+    click.echo(f"  tokenizer {config['tokenizer'].get('repo') or config['tokenizer'].get('dir')} "
+               f"({pinned(config['tokenizer'])})")
+    if "end_of_turn" in config:
+        click.echo(f"  end_of_turn {', '.join(config['end_of_turn'])}")
+    click.echo(f"next: databuild make {path if options.out else name}")
