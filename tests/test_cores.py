@@ -111,3 +111,18 @@ def test_make_says_how_it_encoded(tmp_path, cores_, workers, said):
                            workers], cwd=REPO, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert said in done.stdout
+
+
+def test_workers_get_their_threads_and_the_build_keeps_its_environment(tiny_config, monkeypatch):
+    """The tokenizer's threads of a worker are set in the worker; the build's own process is left as it was."""
+    from databuild.build import pin
+    from databuild.executors.local import LocalEncoding
+
+    monkeypatch.setenv("DATABUILD_CORES", "8")
+    monkeypatch.delenv("RAYON_NUM_THREADS", raising=False)
+    monkeypatch.delenv("TOKENIZERS_PARALLELISM", raising=False)
+    with LocalEncoding(pin(tiny_config, offline=True).encoder, 2) as local:
+        local.starting.join()
+        assert [local.pool.submit(os.getenv, name).result() for name in ("RAYON_NUM_THREADS",
+                                                                         "TOKENIZERS_PARALLELISM")] == ["4", "true"]
+        assert "RAYON_NUM_THREADS" not in os.environ and "TOKENIZERS_PARALLELISM" not in os.environ

@@ -78,15 +78,17 @@ def _overlapped(batches_: Iterable[Batch], encoder: Encoder) -> Iterator[Tokeniz
         yield from in_order(batches_, submit, result, 2)
 
 
-THREAD_VARIABLES = ("RAYON_NUM_THREADS", "TOKENIZERS_PARALLELISM")
 # A worker's batch is encoded in this many parts, overlapped as in one process: the worker's tokenizer
 # threads tokenize part k+1 while its Python masks part k, so they do not wait for each other.
 WORKER_PARTS = 4
 _worker_encoder: Encoder | None = None  # in a worker process: the one the pool was started with
 
 
-def _start_worker(encoder_file: str) -> None:
+def _start_worker(encoder_file: str, threads: int) -> None:
     global _worker_encoder
+    # Set here, in the worker, before its tokenizer's thread pool starts (at its first batch), so that
+    # the build's own process keeps its environment.
+    os.environ.update(RAYON_NUM_THREADS=str(threads), TOKENIZERS_PARALLELISM="true" if threads > 1 else "false")
     try:
         _worker_encoder = pickle.loads(Path(encoder_file).read_bytes())
     except FileNotFoundError:  # the build ended (stopped) before this worker started: nothing to do
@@ -157,17 +159,12 @@ class LocalEncoding:
 
     def __init__(self, encoder: Encoder, workers: int = 1):
         self.encoder, self.workers, self.pool = encoder, max(1, workers), None
-        self.saved: dict[str, str | None] = {}
         self.starting: threading.Thread | None = None
         self.folder: tempfile.TemporaryDirectory | None = None
 
     def __enter__(self) -> LocalEncoding:
         if self.workers == 1:
             return self
-        threads = threads_per_worker(self.workers)
-        self.saved = {name: os.environ.get(name) for name in THREAD_VARIABLES}
-        # Children inherit these at spawn; the tokenizer reads them when its thread pool starts.
-        os.environ.update(RAYON_NUM_THREADS=str(threads), TOKENIZERS_PARALLELISM="true" if threads > 1 else "false")
         try:
             # The encoder (tokenizer included) goes to each worker once, not with every batch, as a file:
             # what a spawned child is started with goes through a pipe that its parent writes in full
@@ -179,7 +176,8 @@ class LocalEncoding:
             encoder_file.write_bytes(pickle.dumps(self.encoder))
             # spawn, not fork: the tokenizer's Rust thread pool does not survive a fork.
             self.pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=multiprocessing.get_context("spawn"),
-                                            initializer=_start_worker, initargs=(str(encoder_file),))
+                                            initializer=_start_worker,
+                                            initargs=(str(encoder_file), threads_per_worker(self.workers)))
             # One call each starts them all now, not at the first batches, and not on this thread.
             self.starting = threading.Thread(target=lambda: [self.pool.submit(_ready) for _ in range(self.workers)],
                                              name="databuild-start-workers", daemon=True)
@@ -216,12 +214,6 @@ class LocalEncoding:
         if self.folder is not None:
             self.folder.cleanup()
             self.folder = None
-        for name, value in self.saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-        self.saved = {}
 
 
 def encode_stream(conversations: Iterable[Conversation], encoder: Encoder, batch_size: int,
