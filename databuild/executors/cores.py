@@ -27,11 +27,9 @@ CORES_PER_WORKER = 4
 def available_cores(environ=None) -> int:
     """Cores this process may use: DATABUILD_CORES when set (a share of a node that its scheduler does
     not enforce), else its affinity, capped by a cgroup v2 CPU quota; at least 1."""
-    asked = (os.environ if environ is None else environ).get("DATABUILD_CORES")
+    asked = _count_in(environ, "DATABUILD_CORES", "cores")
     if asked is not None:
-        if not asked.strip().isdigit() or int(asked) < 1:
-            raise BuildError(f"DATABUILD_CORES={asked!r} in the environment: not a whole number of cores, 1 or more")
-        return int(asked)
+        return asked
     try:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
@@ -66,11 +64,16 @@ def threads_per_worker(workers: int, cores: int | None = None, environ=None) -> 
     thread pool per process as wide as the machine) nor one thread each (cores left idle when
     there are fewer processes than cores). A RAYON_NUM_THREADS the user set is theirs: each process
     gets that many."""
-    asked = (os.environ if environ is None else environ).get("RAYON_NUM_THREADS")
+    asked = _count_in(environ, "RAYON_NUM_THREADS", "threads")
     if asked is not None:
-        if not asked.strip().isdigit() or int(asked) < 1:
-            raise BuildError(f"RAYON_NUM_THREADS={asked!r} in the environment: not a whole number of threads, "
-                             "1 or more")
-        return int(asked)
+        return asked
     cores = available_cores() if cores is None else cores
     return max(1, cores // max(1, workers))
+
+
+def _count_in(environ, name: str, what: str) -> int | None:
+    """The environment variable `name` (of os.environ, or `environ`) as a count of 1 or more; None when unset."""
+    value = (os.environ if environ is None else environ).get(name)
+    if value is not None and (not value.strip().isdigit() or int(value) < 1):
+        raise BuildError(f"{name}={value!r} in the environment: not a whole number of {what}, 1 or more")
+    return None if value is None else int(value)
