@@ -126,9 +126,12 @@ class Prepared:
         """The stream in permutation order, malformed conversations marked."""
         return marked(self.spill.conversations(), self.malformed)
 
-    def batches(self, size: int) -> Iterator[SpilledBatch]:
-        """conversations() cut into batches of `size`, as references into the spill (read by whoever encodes them)."""
-        return self.spill.batches(size, self.malformed)
+    def batches(self, size: int, by_reference: bool) -> Iterator[list[Conversation] | SpilledBatch]:
+        """conversations() cut into batches of `size`: as references into the spill, read by whoever encodes
+        them (`by_reference`: worker processes), else read here in bulk, the cheaper way for one reader."""
+        if by_reference:
+            return self.spill.batches(size, self.malformed)
+        return batches(self.conversations(), size)
 
     def __enter__(self) -> Prepared:
         return self
@@ -221,8 +224,7 @@ def _make(prepared: Prepared, final: Path, encode: Encoding, batch_size: int, pr
     config, inputs = prepared.config, prepared.inputs
     partial = partial_path(final)
     stats, skipped, hasher, segments = PackStats(), [], RowsHasher(), SegmentsHasher()
-    stream = encode(prepared.batches(batch_size) if encode.by_reference else
-                    batches(prepared.conversations(), batch_size))
+    stream = encode(prepared.batches(batch_size, encode.by_reference))
     # The end-of-build check's hashing starts now, overlapping the encoding: the source is not read
     # again (unless the stream outruns the spill; then it is hashed again at the end).
     passes = prepared.spill.passes

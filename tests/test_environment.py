@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -194,7 +195,6 @@ def test_a_rewrite_before_another_pass_over_the_source_is_refused(tiny_build, pr
         calls["n"] += 1
         if calls["n"] == 2:  # after the first pass and the hash that follows it had their chance to run
             stat, data = target.stat(), target.read_bytes()
-            import time
             time.sleep(0.5)
             target.write_bytes(data[:4] + data[4:].replace(b"the", b"THE", 1))
             os.utime(target, ns=(stat.st_atime_ns, stat.st_mtime_ns))

@@ -20,7 +20,7 @@ class Encoding:
     stream: Callable[["Iterable[list[Conversation] | SpilledBatch]"], "Iterator[TokenizedConversation]"]
     summary: str  # how it runs, in words for the user: processes and threads, or Ray actors
     # whether it is given references into the spill (worker processes of this machine read their own
-    # batches) rather than the conversations (read here in bulk, the cheaper way for one reader)
+    # batches) rather than the conversations (build.Prepared.batches)
     by_reference: bool = False
 
     def __call__(self, batches):

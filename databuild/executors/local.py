@@ -24,29 +24,23 @@ from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import fields
 from itertools import islice
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 import numpy as np
 
 from ..encode.encoder import Encoder, TokenizedConversation
 from ..sources.reader import Conversation
-from ..sources.spill import SpilledBatch
 from ..sources.spill_folder import spill_folder
 from .cores import threads_per_worker
 
-
-Batch = "list[Conversation] | SpilledBatch"
+if TYPE_CHECKING:
+    from ..sources.spill import SpilledBatch
 
 
 def batches(items: Iterable[Conversation], size: int) -> Iterator[list[Conversation]]:
     iterator = iter(items)
     while batch := list(islice(iterator, size)):
         yield batch
-
-
-def read_batch(batch: Batch) -> list[Conversation]:
-    """A batch's conversations: a list is them; a reference into the spill (SpilledBatch) reads them."""
-    return batch if isinstance(batch, list) else batch.read()
 
 
 def in_order(batches_: Iterable[list[Conversation]], submit: Callable, result: Callable,
@@ -62,12 +56,11 @@ def in_order(batches_: Iterable[list[Conversation]], submit: Callable, result: C
         yield from result(pending.popleft())
 
 
-def _overlapped(batches_: Iterable[Batch], encoder: Encoder) -> Iterator[TokenizedConversation]:
+def _overlapped(batches_: Iterable[list[Conversation]], encoder: Encoder) -> Iterator[TokenizedConversation]:
     """One process: batch k+1 tokenizes on the Rust threads while Python masks batch k and the
     caller packs and writes it, so the cores are not left idle while either side works."""
     with ThreadPoolExecutor(max_workers=1) as pool:
         def submit(batch):
-            batch = read_batch(batch)
             rendered = encoder.render(batch)
             return batch, rendered, pool.submit(encoder.tokenize, rendered)
 
@@ -105,8 +98,8 @@ def _ready() -> None:
     """A worker's first call: returns once the worker has started (imports done, encoder received)."""
 
 
-def _encode_in_worker(batch: Batch) -> tuple:
-    conversations = read_batch(batch)
+def _encode_in_worker(batch: list[Conversation] | SpilledBatch) -> tuple:
+    conversations = batch if isinstance(batch, list) else batch.read()  # a reference into the spill: read here
     return to_columns(list(_overlapped(batches(conversations, max(1, -(-len(conversations) // WORKER_PARTS))),
                                        _worker_encoder)))
 
@@ -192,12 +185,13 @@ class LocalEncoding:
         threads = threads_per_worker(self.workers)
         if self.workers == 1:
             return (f"1 process (the build's own) with {threads} tokenizer threads" if "RAYON_NUM_THREADS" in os.environ
-                    else f"1 process (the build's own), the tokenizer's threads on every core")
+                    else "1 process (the build's own), the tokenizer's threads on every core")
         return f"{self.workers} processes x {threads} tokenizer threads"
 
-    def stream(self, batches_: Iterable[Batch]) -> Iterator[TokenizedConversation]:
+    def stream(self, batches_: Iterable[list[Conversation] | SpilledBatch]) -> Iterator[TokenizedConversation]:
         """Tokenized conversations in input order; at most 2*workers batches in flight (bounded memory).
-        A worker is sent a batch as it is: a reference into the spill goes as that, and the worker reads it."""
+        A worker is sent a batch as it is: a reference into the spill goes as that, and the worker reads it
+        (this process, with no workers, is given lists)."""
         if self.pool is None:
             return _overlapped(batches_, self.encoder)
         self.starting.join()

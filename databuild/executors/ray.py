@@ -28,7 +28,7 @@ from ..encode.encoder import Encoder, TokenizedConversation
 from ..errors import BuildError, first_line
 from ..publish.manifest import library_versions
 from ..sources.reader import Conversation
-from .local import Batch, batches, in_order, read_batch
+from .local import batches, in_order
 
 # One core per worker: each actor reserves one CPU and its tokenizer uses one thread (no Rust pool
 # of its own: RAYON_NUM_THREADS=1); TOKENIZERS_PARALLELISM set explicitly never warns about forks.
@@ -130,14 +130,14 @@ def ray_encode_stream(conversations: Iterable[Conversation], encoder: Encoder, b
     return ray_encode_batches(batches(conversations, batch_size), encoder, workers, address)
 
 
-def ray_encode_batches(batches_: Iterable[Batch], encoder: Encoder, workers: int | None,
+def ray_encode_batches(batches_: Iterable[list[Conversation]], encoder: Encoder, workers: int | None,
                        address: str | None) -> Iterator[TokenizedConversation]:
-    """As ray_encode_stream, the stream already cut into batches; a batch that is a reference into the
-    spill is read here, on the driver (an actor may be on a machine without the spill)."""
+    """As ray_encode_stream, the stream already cut into batches of conversations (never references into
+    the spill: an actor may be on a machine without it)."""
     return _stream(_import_ray(), batches_, encoder, max(1, workers or 1), address)
 
 
-def _stream(ray, batches_: Iterable[Batch], encoder: Encoder, workers: int,
+def _stream(ray, batches_: Iterable[list[Conversation]], encoder: Encoder, workers: int,
             address: str | None) -> Iterator[TokenizedConversation]:
     started = _connect(ray, address, workers)
     actors = []
@@ -149,7 +149,7 @@ def _stream(ray, batches_: Iterable[Batch], encoder: Encoder, workers: int,
         _check_versions(ray, actors)
 
         turn = itertools.cycle(actors)  # batch k to actor k % workers: each runs its batches in order
-        yield from in_order(batches_, lambda b: next(turn).encode_batch.remote(read_batch(b)),
+        yield from in_order(batches_, lambda b: next(turn).encode_batch.remote(b),
                             lambda ref: _get(ray, ref, "nothing was written; rerun the build"), 2 * workers)
     finally:
         if ray.is_initialized():

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import defaultdict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -33,7 +33,7 @@ from tqdm import tqdm
 
 from ..errors import BuildError
 from ..executors.cores import available_cores
-from ..sources.bad import BadConversation, Problem
+from ..sources.bad import BadConversation, marked
 from ..sources.reader import COLUMNS, RECORD_COUNTS, Conversation, SourceFile, check_batch, iter_batches, with_valid_utf8
 
 PARTS_PER_THREAD = 4  # parts of the source per thread in a pass: small enough to even out the threads' loads
@@ -84,33 +84,35 @@ class Spill:
     def conversations(self) -> Iterator[Conversation]:
         """The whole stream in permutation order, spilling further ranges as it gets there; it can
         be read again."""
-        for bucket in range(-(-self.size // self.window)):
-            if bucket * self.window >= self.spilled:
-                self._pass(max(2 * self.spilled, self.window), check=False)
-            yield from _read_bucket(self._path(bucket))
+        for path in self._buckets():
+            yield from _read_bucket(path)
 
     def batches(self, size: int, malformed: dict[int, BadConversation]) -> Iterator[SpilledBatch]:
         """The stream of conversations() cut into batches of `size` (the last shorter), as references
         into the bucket files; spills further ranges as it gets there."""
+        known_bad = np.fromiter(malformed, dtype=np.int64, count=len(malformed))
         pieces, count = [], 0
-        for bucket in range(-(-self.size // self.window)):
-            if bucket * self.window >= self.spilled:
-                self._pass(max(2 * self.spilled, self.window), check=False)
-            path = self._path(bucket)
-            with pa.memory_map(str(path)) as source:
-                table = pa.ipc.open_file(source).read_all().select(["position", "index"])
-                order = np.argsort(table.column("position").to_numpy(), kind="stable")
-                indices = table.column("index").to_numpy()[order]
+        for path in self._buckets():
+            table = _bucket(path).select(["position", "index"])
+            order = np.argsort(table.column("position").to_numpy(), kind="stable")
+            indices = table.column("index").to_numpy()[order]
             low = 0
             while low < len(order):
                 high = min(len(order), low + size - count)
                 pieces.append((path, order[low:high], indices[low:high]))
                 count, low = count + high - low, high
                 if count == size:
-                    yield _batch(pieces, malformed)
+                    yield _batch(pieces, malformed, known_bad)
                     pieces, count = [], 0
         if pieces:
-            yield _batch(pieces, malformed)
+            yield _batch(pieces, malformed, known_bad)
+
+    def _buckets(self) -> Iterator[Path]:
+        """The bucket files in stream order, each spilled (by another pass) before it is given."""
+        for bucket in range(-(-self.size // self.window)):
+            if bucket * self.window >= self.spilled:
+                self._pass(max(2 * self.spilled, self.window), check=False)
+            yield self._path(bucket)
 
     def _path(self, bucket: int) -> Path:
         return self.directory / f"bucket-{bucket:06d}.arrow"
@@ -185,9 +187,8 @@ class Spill:
         return found
 
 
-def _batch(pieces: list, malformed: dict[int, BadConversation]) -> SpilledBatch:
-    bad = {int(i): malformed[int(i)].problem for _, _, indices in pieces
-           for i in indices[np.isin(indices, list(malformed))]} if malformed else {}
+def _batch(pieces: list, malformed: dict[int, BadConversation], known_bad: np.ndarray) -> SpilledBatch:
+    bad = {int(i): malformed[int(i)] for _, _, indices in pieces for i in indices[np.isin(indices, known_bad)]}
     return SpilledBatch(tuple((path, rows) for path, rows, _ in pieces), bad)
 
 
@@ -264,19 +265,13 @@ class SpilledBatch:
     """Consecutive conversations of the stream named by where they lie in the bucket files, not by
     their text: what the driver hands a local worker process, which reads them itself. The driver's
     one thread then neither decodes the messages to Python nor pickles them, and the reading is
-    spread over the workers. `read()` gives the conversations, malformed ones marked (their
-    messages left out, as sources.bad.marked marks them)."""
+    spread over the workers. `read()` gives the conversations, malformed ones marked (sources.bad.marked)."""
     pieces: tuple[tuple[Path, np.ndarray], ...]  # (bucket file, its rows in stream order)
-    malformed: dict[int, Problem]  # by source row index: the batch's conversations that are malformed
+    malformed: dict[int, BadConversation]  # by source row index: the batch's conversations that are malformed
 
     def read(self) -> list[Conversation]:
-        out = []
-        for path, rows in self.pieces:
-            out += _conversations(_rows_of(_bucket(path), rows))
-        if self.malformed:
-            out = [c if c.index not in self.malformed else replace(c, messages=(), problem=self.malformed[c.index])
-                   for c in out]
-        return out
+        out = [c for path, rows in self.pieces for c in _conversations(_rows_of(_bucket(path), rows))]
+        return list(marked(out, self.malformed))
 
     def __len__(self) -> int:
         return sum(len(rows) for _, rows in self.pieces)
