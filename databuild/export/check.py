@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -77,18 +77,25 @@ def verify_export(out: Path, manifest: dict[str, Any], source: Path | None = Non
     if partial_path(out).exists():
         report.failures.append(f"{partial_path(out)}: an incomplete export was left behind")
     digest, size = file_sha256(out)
+    hashed = {out: digest}  # each file hashed once, whatever checks read it (the manifest's, a fresh export's)
+
+    def sha256_of(path: Path) -> str | None:
+        if path not in hashed:
+            hashed[path] = file_sha256(path)[0] if path.is_file() else None
+        return hashed[path]
+
     for field, expected, found in (("sha256", output["sha256"], digest), ("bytes", output["bytes"], size)):
         if expected != found:
             report.failures.append(f"{field}: expected {expected}, found {found} (the manifest)")
     _check_content(out, manifest, FORMATS[manifest["export"]].schema, report)
     for sidecar in manifest["sidecars"]:
         path = out.with_name(str(sidecar.get("file")))
-        found = file_sha256(path)[0] if path.is_file() else "no such file"
+        found = sha256_of(path) or "no such file"
         if found != sidecar.get("sha256"):
             report.failures.append(f"{path.name}: expected sha256 {sidecar.get('sha256')}, found {found}")
     _check_trainer_config(out, manifest, FORMATS[manifest["export"]](), report)
     if source is not None:
-        _check_against_source(out, manifest, Path(source), report, native)
+        _check_against_source(out, manifest, Path(source), report, native, sha256_of)
     return report
 
 
@@ -133,7 +140,7 @@ def _check_content(out: Path, manifest: dict[str, Any], schema: pa.Schema, repor
 
 
 def _check_against_source(out: Path, manifest: dict[str, Any], source: Path, report: Report,
-                          native: Expected | None) -> None:
+                          native: Expected | None, sha256_of: Callable[[Path], str | None]) -> None:
     from . import make_format
     from .stream import verified_source, write_export
 
@@ -146,10 +153,10 @@ def _check_against_source(out: Path, manifest: dict[str, Any], source: Path, rep
                                    f"{source} has {getattr(summary, field)}")
     with tempfile.TemporaryDirectory(prefix="databuild-export-") as scratch:
         fresh = write_export(source, make_format(manifest["export"]), Path(scratch) / out.name, summary).data
-    if fresh["output"]["sha256"] != file_sha256(out)[0]:
+    if fresh["output"]["sha256"] != sha256_of(out):
         report.failures.append(f"{out.name}: differs from a fresh export of {source} "
                                f"(content_sha256 {fresh['output']['content_sha256']} there)")
     for sidecar in fresh["sidecars"]:
         path = out.with_name(sidecar["file"])
-        if not path.is_file() or file_sha256(path)[0] != sidecar["sha256"]:
+        if sha256_of(path) != sidecar["sha256"]:
             report.failures.append(f"{sidecar['file']}: differs from a fresh export of {source}")
