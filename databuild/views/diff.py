@@ -176,13 +176,13 @@ def _decode(tokenizer, ids: np.ndarray) -> str:
     return tokenizer.decode(ids.tolist(), skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
 
-def pinned_tokenizers(name_or_dir: str | None = None) -> Tokenizers:
-    """Each side's pinned tokenizer (views/show.py's rule), loaded once per directory; without one
-    found, token ids are shown and the note says why."""
+def pinned_tokenizers(name_or_dir: str | None = None, loaded: dict[Path, Any] | None = None) -> Tokenizers:
+    """Each side's pinned tokenizer (views/show.py's rule), loaded once per directory (`loaded`: those
+    the caller has, by directory); without one found, token ids are shown and the note says why."""
     from ..encode.render import load_tokenizer
     from ..inputs.tokenizer import tokenizer_dir
 
-    loaded: dict[Path, Any] = {}
+    loaded = {} if loaded is None else dict(loaded)
 
     def find(s: Side) -> tuple[Any, str]:
         try:

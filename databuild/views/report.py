@@ -180,26 +180,29 @@ font-weight:600;margin:4px 0 2px}
 
 
 def _viewer_tokenizer(path: Path, name_or_dir: str | None, manifest: dict | None):
-    """(tokenizer or None, a note for the page). A tokenizer named explicitly must load; the pinned one may miss."""
+    """(tokenizer or None, a note for the page, {its directory: it} or {}). A tokenizer named explicitly
+    must load; the pinned one may miss."""
     from ..encode.render import load_tokenizer
 
     try:
         directory = tokenizer_dir(path, name_or_dir, manifest)
-        return load_tokenizer(directory), (f"Decoded with the tokenizer in {directory}. Supervised tokens "
-                                           "(loss_mask = 1) are highlighted; a shaded ⟦conversation-id⟧ line "
-                                           "marks where each conversation segment starts.")
+        tokenizer = load_tokenizer(directory)
+        return tokenizer, (f"Decoded with the tokenizer in {directory}. Supervised tokens (loss_mask = 1) are "
+                           "highlighted; a shaded ⟦conversation-id⟧ line marks where each conversation segment "
+                           "starts."), {directory: tokenizer}
     except BuildError as exc:
         if name_or_dir is not None:
             raise
-        return None, f"Token ids shown, not text: {exc}. Supervised tokens are highlighted."
+        return None, f"Token ids shown, not text: {exc}. Supervised tokens are highlighted.", {}
 
 
-def difference(path: Path, against: str, name_or_dir: str | None) -> str:
-    """`databuild diff PATH AGAINST`'s text, as a section of the page."""
+def difference(path: Path, against: str, name_or_dir: str | None, loaded: dict | None = None) -> str:
+    """`databuild diff PATH AGAINST`'s text, as a section of the page (`loaded`: tokenizers the page has
+    loaded already, by directory)."""
     from ..compare import diff
     from .diff import pinned_tokenizers, render
 
-    text = render(diff(path, against), pinned_tokenizers(name_or_dir))
+    text = render(diff(path, against), pinned_tokenizers(name_or_dir, loaded))
     return f"<h2>Difference from {html.escape(str(against))}</h2><pre>{html.escape(text)}</pre>"
 
 
@@ -213,11 +216,14 @@ def render_report(path: Path, rows: int = 8, name_or_dir: str | None = None, aga
     parquet, manifest = open_parquet(path), manifest_beside(path)
     stats = row_stats(parquet, path)
     shown = min(rows, len(stats.tokens))
-    rows_html = viewer(parquet, path, manifest, shown, *_viewer_tokenizer(path, name_or_dir, manifest)) if shown else ""
+    rows_html, loaded = "", {}
+    if shown:
+        tokenizer, note, loaded = _viewer_tokenizer(path, name_or_dir, manifest)
+        rows_html = viewer(parquet, path, manifest, shown, tokenizer, note)
     name = (manifest or {}).get("name") or path.name.removesuffix(".parquet")
     row_tokens = int(stats.tokens.max(initial=0))  # the file's, for the charts: checks() flags a manifest that differs
     warnings = "".join(f'<div class="warn">{html.escape(w)}</div>' for w in checks(path, stats, manifest))
-    compared = difference(path, against, name_or_dir) if against is not None else ""
+    compared = difference(path, against, name_or_dir, loaded) if against is not None else ""
     # the per-row figures, machine-readable (numbers only, so nothing in them needs escaping)
     data = json.dumps({"supervised": stats.supervised.tolist(), "conversation_segments": stats.segments.tolist()},
                       separators=(",", ":"))
