@@ -10,13 +10,29 @@ import pytest
 
 from databuild.executors import cores
 from databuild.errors import BuildError
-from databuild.executors.cores import available_cores, default_workers, encode_processes, threads_per_worker
+from databuild.executors.cores import (available_cores, default_workers, encode_processes, most_processes_rule,
+                                       threads_per_worker)
 
 
 @pytest.mark.parametrize("machine, workers", [(1, 1), (2, 1), (4, 1), (7, 1), (8, 2), (16, 4), (17, 4), (64, 16),
                                               (200, 50)])
 def test_default_workers(machine, workers):
     assert default_workers(machine) == workers
+    assert default_workers(machine, tokens=6400 * 8192) == workers  # the recipe's job is not a large one
+
+
+RECIPE, EIGHT_TIMES = 6400 * 8192, 8 * 6400 * 8192
+
+
+@pytest.mark.parametrize("machine, tokens, workers", [
+    (16, RECIPE, 4), (16, EIGHT_TIMES, 16), (16, cores.LARGE_JOB_TOKENS - 1, 4), (16, cores.LARGE_JOB_TOKENS, 16),
+    (8, EIGHT_TIMES, 2), (15, EIGHT_TIMES, 3), (2, EIGHT_TIMES, 1),  # below 16 cores: not measured, the usual rule
+    (32, EIGHT_TIMES, 16), (200, EIGHT_TIMES, 50)])  # never more than 16 a core each, never fewer than the usual
+def test_a_large_job_runs_a_process_per_core(machine, tokens, workers):
+    """On 16 cores a job 8 times the recipe's ran 22% faster as 16 single-threaded processes than as 4 of 4
+    threads, and the recipe's job 12% slower (bench/README.md, "Cores"): the default follows the job's size."""
+    assert default_workers(machine, tokens) == workers
+    assert threads_per_worker(workers, machine, environ={}) == max(1, machine // workers)
 
 
 @pytest.mark.parametrize("workers, machine, threads", [(1, 16, 16), (2, 16, 8), (4, 16, 4), (5, 16, 3),
@@ -59,6 +75,16 @@ def test_databuild_cores_says_how_many(monkeypatch):
 def test_processes_are_the_default_at_most(asked, machine, processes):
     """--workers asks for at most that many processes; more than one per 4 cores never run (slower)."""
     assert encode_processes(asked, machine) == processes
+
+
+@pytest.mark.parametrize("asked, tokens, processes, rule", [
+    (16, RECIPE, 4, "one process per 4 cores at most (16 cores here)"),
+    (32, EIGHT_TIMES, 16, "one process per core, 16 at most, for a job of 100 M tokens or more (16 cores here)"),
+    (8, EIGHT_TIMES, 8, None), (None, EIGHT_TIMES, 16, None)])
+def test_what_a_large_job_runs_and_why_not_more(asked, tokens, processes, rule):
+    assert encode_processes(asked, 16, tokens) == processes
+    if rule is not None:
+        assert most_processes_rule(16, tokens) == rule
 
 
 @pytest.mark.parametrize("text, expected", [("max 100000", 8), ("150000 100000", 2), ("50000 100000", 1),

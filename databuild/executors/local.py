@@ -186,7 +186,7 @@ class LocalEncoding:
         if self.workers == 1:
             return (f"1 process (the build's own) with {threads} tokenizer threads" if "RAYON_NUM_THREADS" in os.environ
                     else "1 process (the build's own), the tokenizer's threads on every core")
-        return f"{self.workers} processes x {threads} tokenizer threads"
+        return f"{self.workers} processes x {threads} tokenizer thread{'s' if threads > 1 else ''}"
 
     def stream(self, batches_: Iterable[list[Conversation] | SpilledBatch]) -> Iterator[TokenizedConversation]:
         """Tokenized conversations in input order; at most 2*workers batches in flight (bounded memory).
