@@ -152,3 +152,21 @@ def test_workers_get_their_threads_and_the_build_keeps_its_environment(tiny_conf
         assert [local.pool.submit(os.getenv, name).result() for name in ("RAYON_NUM_THREADS",
                                                                          "TOKENIZERS_PARALLELISM")] == ["4", "true"]
         assert "RAYON_NUM_THREADS" not in os.environ and "TOKENIZERS_PARALLELISM" not in os.environ
+
+
+def test_a_builds_end_ends_its_workers_rather_than_waiting_for_their_batches(tiny_config, monkeypatch):
+    """Batches still in flight when the encoding ends are of no use: the workers are terminated, not
+    left to finish every batch queued to them (shutdown alone lets them, and they exit with 0)."""
+    import signal
+    from itertools import islice
+
+    from databuild.build import prepare
+    from databuild.executors.local import LocalEncoding
+
+    monkeypatch.setenv("DATABUILD_CORES", "8")
+    with prepare(tiny_config) as prepared:
+        batches = prepared.batches(1, by_reference=True)
+        with LocalEncoding(prepared.encoder, 2) as local:
+            assert len(list(islice(local.stream(batches), 1))) == 1
+            processes = list(local.pool._processes.values())
+    assert len(processes) == 2 and [p.exitcode for p in processes] == [-signal.SIGTERM] * 2

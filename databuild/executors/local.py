@@ -203,11 +203,25 @@ class LocalEncoding:
             self.starting.join()
             self.starting = None
         if self.pool is not None:
-            self.pool.shutdown(cancel_futures=True)
+            _end_pool(self.pool)
             self.pool = None
         if self.folder is not None:
             self.folder.cleanup()
             self.folder = None
+
+
+def _end_pool(pool: ProcessPoolExecutor) -> None:
+    """Ends the pool without letting its workers finish the batches they hold: when the build ends (its
+    rows written, or it failed or was stopped) what is in flight is of no use, and shutdown() alone would
+    wait for every batch already queued to a worker, up to two each (0.4-0.6 s measured at the end of a
+    2-process build here, and a batch on one tokenizer thread takes ~0.4 s on a 16-core node). The
+    workers are ended first, then the pool is shut down as it is when a worker dies (its manager thread
+    fails what was pending and joins them). Python 3.14's terminate_workers() does the first step; this
+    is it for the versions before, through the pool's process table."""
+    for process in list((pool._processes or {}).values()):
+        if process.is_alive():
+            process.terminate()
+    pool.shutdown(wait=True, cancel_futures=True)
 
 
 def encode_stream(conversations: Iterable[Conversation], encoder: Encoder, batch_size: int,
