@@ -27,10 +27,10 @@ RECIPE, EIGHT_TIMES = 6400 * 8192, 8 * 6400 * 8192
 @pytest.mark.parametrize("machine, tokens, workers", [
     (16, RECIPE, 4), (16, EIGHT_TIMES, 16), (16, cores.LARGE_JOB_TOKENS - 1, 4), (16, cores.LARGE_JOB_TOKENS, 16),
     (8, EIGHT_TIMES, 2), (15, EIGHT_TIMES, 3), (2, EIGHT_TIMES, 1),  # below 16 cores: not measured, the usual rule
-    (32, EIGHT_TIMES, 16), (200, EIGHT_TIMES, 50)])  # never more than 16 a core each, never fewer than the usual
+    (32, EIGHT_TIMES, 16), (200, EIGHT_TIMES, 50)])  # 16 at most, never fewer than by the usual rule
 def test_a_large_job_runs_a_process_per_core(machine, tokens, workers):
     """On 16 cores a job 8 times the recipe's ran 22% faster as 16 single-threaded processes than as 4 of 4
-    threads, and the recipe's job 12% slower (bench/README.md, "Cores"): the default follows the job's size."""
+    threads, and the recipe's job 14% slower (bench/README.md, "Cores"): the default follows the job's size."""
     assert default_workers(machine, tokens) == workers
     assert threads_per_worker(workers, machine, environ={}) == max(1, machine // workers)
 
