@@ -411,8 +411,14 @@ def curve(args, corpus, tokenizer, loss_mask, kwargs, tmp) -> dict:
     sys.path.insert(0, str(args.databuild.resolve() if args.databuild else REPO))
     from databuild.executors.cores import available_cores, default_workers
 
+    def default_for(rows: int) -> int:
+        try:
+            return default_workers(tokens=rows * args.row_tokens)
+        except TypeError:  # a --databuild copy from before the default followed the job's size
+            return default_workers()
+
     rows = args.rows or estimate_rows(corpus, args, tokenizer, kwargs, tmp)
-    cores, default = available_cores(), default_workers(tokens=rows * args.row_tokens)
+    cores, default = available_cores(), default_for(rows)
     counts = worker_counts(args.curve_workers, cores, default)
     print(f"cores: {cores}, databuild's default --workers: {default}; job: {rows} rows x {args.row_tokens}; "
           f"workers {counts}", flush=True)
@@ -452,7 +458,7 @@ def curve(args, corpus, tokenizer, loss_mask, kwargs, tmp) -> dict:
               "ratios": {f"job/limit w{w}": r["seconds"] / limit["seconds"] for w, r in jobs.items()}}
     if args.big_rows:
         bigs = {}
-        big_default = default_workers(tokens=args.big_rows * args.row_tokens)
+        big_default = default_for(args.big_rows)
         for workers, threads in (worker_counts(args.big_workers, cores, big_default) if args.big_workers
                                  else [(big_default, None)]):
             name = label(workers, threads)
