@@ -169,4 +169,4 @@ def test_a_builds_end_ends_its_workers_rather_than_waiting_for_their_batches(tin
         with LocalEncoding(prepared.encoder, 2) as local:
             assert len(list(islice(local.stream(batches), 1))) == 1
             processes = list(local.pool._processes.values())
-    assert len(processes) == 2 and [p.exitcode for p in processes] == [-signal.SIGTERM] * 2
+    assert processes and [p.exitcode for p in processes] == [-signal.SIGTERM] * len(processes)
