@@ -12,9 +12,9 @@ ray = pytest.importorskip("ray")
 
 from databuild.build import make, prepare  # noqa: E402
 from databuild.config import resolve_config  # noqa: E402
-from databuild.executors.local import encode_stream  # noqa: E402
+from databuild.executors.local import batches, encode_stream  # noqa: E402
 from databuild.errors import BuildError  # noqa: E402
-from databuild.executors.ray import _connect, ray_encode_stream  # noqa: E402
+from databuild.executors.ray import _connect, ray_encode_batches  # noqa: E402
 from databuild.encode.render import Renderer  # noqa: E402
 
 TINY = "muse-spark-tiny-fixed512-v1"
@@ -35,14 +35,14 @@ def test_starts_and_shuts_down_its_own_ray():
     if ray.is_initialized():
         pytest.skip("a Ray instance is already running in this process")
     encoder, conversations = _tiny_stream()
-    stream = ray_encode_stream(islice(conversations(), 20), encoder, 8, 1, None)
+    stream = ray_encode_batches(batches(islice(conversations(), 20), 8), encoder, 1, None)
     assert len(list(stream)) == 20
     assert not ray.is_initialized()
 
 
 @pytest.fixture(scope="module")
 def ray_instance():
-    """One local Ray for the module's builds; ray_encode_stream reuses it and leaves it running."""
+    """One local Ray for the module's builds; ray_encode_batches reuses it and leaves it running."""
     started = _connect(ray, None, RAY_CPUS)
     yield
     if started:
@@ -60,7 +60,7 @@ def test_ray_build_is_byte_identical_to_local(ray_instance, tiny_build, tmp_path
     assert result.parquet.read_bytes() == local_build.parquet.read_bytes()
     # The manifest records nothing about where the tokenizer ran: the same bytes too.
     assert result.manifest.read_bytes() == local_build.manifest.read_bytes()
-    assert ray.is_initialized(), "ray_encode_stream shut down a Ray it did not start"
+    assert ray.is_initialized(), "ray_encode_batches shut down a Ray it did not start"
 
 
 def test_a_bfd_build_on_ray_is_byte_identical_to_local(ray_instance, tmp_path):
@@ -88,7 +88,7 @@ def test_driver_holds_a_bounded_window(ray_instance, workers, batch_size):
 
     expected = list(encode_stream(conversations(), encoder, 64))
     got, lead = [], 0
-    for item in ray_encode_stream(counted(), encoder, batch_size, workers, None):
+    for item in ray_encode_batches(batches(counted(), batch_size), encoder, workers, None):
         lead = max(lead, pulled - len(got))
         got.append(item)
     assert lead <= (2 * workers + 1) * batch_size
@@ -104,7 +104,7 @@ def test_a_worker_build_error_is_one_line(ray_instance):
     # A template that reads the clock, with no date pinned: a BuildError in the worker, not a bad conversation.
     encoder.renderer = Renderer("{{ strftime_now('%Y') }}{% for m in messages %}{{ m.content }}{% endfor %}", {}, {})
     with pytest.raises(BuildError, match="reads the clock") as caught:
-        list(ray_encode_stream(conversations(), encoder, 16, 2, None))
+        list(ray_encode_batches(batches(conversations(), 16), encoder, 2, None))
     assert "\n" not in str(caught.value)
 
 
@@ -116,7 +116,7 @@ def test_any_other_worker_error_is_one_line_too(ray_instance):
     encoder.renderer.tagged = dict.fromkeys(encoder.renderer.tagged, False)
     with pytest.raises(BuildError, match="^a Ray worker failed: AttributeError: 'NoneType' object has no attribute "
                                          "'search'$"):
-        list(ray_encode_stream(conversations(), encoder, 16, 2, None))
+        list(ray_encode_batches(batches(conversations(), 16), encoder, 2, None))
 
 
 def _missing_on_the_workers():
@@ -133,7 +133,7 @@ def test_a_worker_that_dies_starting_is_one_line(ray_instance):
     encoder, conversations = _tiny_stream()
     encoder.extra = _UnloadableOnWorkers()
     with pytest.raises(BuildError, match=r"^a Ray worker died \(\w+\): while starting: check that every node"):
-        list(ray_encode_stream(islice(conversations(), 20), encoder, 8, 1, None))
+        list(ray_encode_batches(batches(islice(conversations(), 20), 8), encoder, 1, None))
 
 
 def test_refuses_workers_with_other_libraries(ray_instance, monkeypatch):
@@ -143,14 +143,14 @@ def test_refuses_workers_with_other_libraries(ray_instance, monkeypatch):
     here = {**executor.library_versions(), "tokenizers": "0.0.1"}
     monkeypatch.setattr(executor, "library_versions", lambda: here)  # the driver's view only
     with pytest.raises(BuildError, match=r"libraries differ .*tokenizers .* on a worker, 0\.0\.1 here"):
-        next(ray_encode_stream(conversations(), encoder, 16, 1, None))
+        next(ray_encode_batches(batches(conversations(), 16), encoder, 1, None))
 
 
 def test_refuses_more_workers_than_cpus(ray_instance):
     encoder, conversations = _tiny_stream()
     cpus = int(ray.cluster_resources()["CPU"])
     with pytest.raises(BuildError, match=rf"^{cpus + 1} workers need {cpus + 1} CPUs .* it has {cpus}$"):
-        next(ray_encode_stream(conversations(), encoder, 16, cpus + 1, None))
+        next(ray_encode_batches(batches(conversations(), 16), encoder, cpus + 1, None))
     assert ray.is_initialized()
 
 
@@ -158,4 +158,4 @@ def test_without_ray_installed(monkeypatch):
     encoder, conversations = _tiny_stream()
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` now raises ImportError
     with pytest.raises(BuildError, match=r"^the ray executor needs the extra: pip install 'databuild\[ray\]'$"):
-        ray_encode_stream(conversations(), encoder, 16, 1, None)  # at the call, before any result
+        ray_encode_batches(batches(conversations(), 16), encoder, 1, None)  # at the call, before any result

@@ -28,7 +28,7 @@ from ..encode.encoder import Encoder, TokenizedConversation
 from ..errors import BuildError, first_line
 from ..publish.manifest import library_versions
 from ..sources.reader import Conversation
-from .local import batches, in_order
+from .local import in_order
 
 # One core per worker: each actor reserves one CPU and its tokenizer uses one thread (no Rust pool
 # of its own: RAYON_NUM_THREADS=1); TOKENIZERS_PARALLELISM set explicitly never warns about forks.
@@ -120,20 +120,15 @@ def _check_versions(ray, actors) -> None:
                              + "); install requirements.lock and databuild on every node")
 
 
-def ray_encode_stream(conversations: Iterable[Conversation], encoder: Encoder, batch_size: int,
-                      workers: int | None, address: str | None) -> Iterator[TokenizedConversation]:
-    """Tokenized conversations in input order, encoded by `workers` Ray actors; <= 2*workers batches in flight.
+def ray_encode_batches(batches_: Iterable[list[Conversation]], encoder: Encoder, workers: int | None,
+                       address: str | None) -> Iterator[TokenizedConversation]:
+    """Tokenized conversations in input order, encoded by `workers` Ray actors; <= 2*workers batches in
+    flight. The batches are lists of conversations, never references into the spill: an actor may be
+    on a machine without it.
 
     A missing ray fails here, at the call; Ray is reached at the first result and left (shut down if
     this started it, else only our actors killed) when the generator ends or is closed.
     """
-    return ray_encode_batches(batches(conversations, batch_size), encoder, workers, address)
-
-
-def ray_encode_batches(batches_: Iterable[list[Conversation]], encoder: Encoder, workers: int | None,
-                       address: str | None) -> Iterator[TokenizedConversation]:
-    """As ray_encode_stream, the stream already cut into batches of conversations (never references into
-    the spill: an actor may be on a machine without it)."""
     return _stream(_import_ray(), batches_, encoder, max(1, workers or 1), address)
 
 
