@@ -91,8 +91,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="comma-separated --workers counts for --curve (default 1, 2, 4, ... up to the cores, "
                              "and databuild's default); W:T runs --workers W with RAYON_NUM_THREADS=T")
     parser.add_argument("--big-rows", type=int, default=None,
-                        help="--curve: also a job of this many rows at databuild's default --workers for "
-                             "its size, against its own limit")
+                        help="--curve: also a job of this many rows at databuild's default --workers, "
+                             "against its own limit")
     parser.add_argument("--big-workers", default=None,
                         help="--big-rows: its --workers, comma-separated W or W:T as in --curve-workers, one job each "
                              "(default: databuild's)")
@@ -411,14 +411,8 @@ def curve(args, corpus, tokenizer, loss_mask, kwargs, tmp) -> dict:
     sys.path.insert(0, str(args.databuild.resolve() if args.databuild else REPO))
     from databuild.executors.cores import available_cores, default_workers
 
-    def default_for(rows: int) -> int:
-        try:
-            return default_workers(tokens=rows * args.row_tokens)
-        except TypeError:  # a --databuild copy from before the default followed the job's size
-            return default_workers()
-
     rows = args.rows or estimate_rows(corpus, args, tokenizer, kwargs, tmp)
-    cores, default = available_cores(), default_for(rows)
+    cores, default = available_cores(), default_workers()
     counts = worker_counts(args.curve_workers, cores, default)
     print(f"cores: {cores}, databuild's default --workers: {default}; job: {rows} rows x {args.row_tokens}; "
           f"workers {counts}", flush=True)
@@ -458,15 +452,14 @@ def curve(args, corpus, tokenizer, loss_mask, kwargs, tmp) -> dict:
               "ratios": {f"job/limit w{w}": r["seconds"] / limit["seconds"] for w, r in jobs.items()}}
     if args.big_rows:
         bigs = {}
-        big_default = default_for(args.big_rows)
-        for workers, threads in (worker_counts(args.big_workers, cores, big_default) if args.big_workers
-                                 else [(big_default, None)]):
+        for workers, threads in (worker_counts(args.big_workers, cores, default) if args.big_workers
+                                 else [(default, None)]):
             name = label(workers, threads)
             bigs[name] = build(args, corpus, tokenizer, loss_mask, kwargs, args.big_rows, tmp,
                                f"big-w{name.replace(':', 't')}", workers=workers, threads=threads)
             print(f"big job, --workers {name}: {bigs[name]['seconds']:.1f} s", flush=True)
         big_limit = limit_of(args, corpus, tokenizer, kwargs, tmp, next(iter(bigs.values()))["conversations"], read)
-        report.update(big=bigs, big_limit=big_limit, big_default_workers=big_default)
+        report.update(big=bigs, big_limit=big_limit)
         for name, big in bigs.items():
             report["ratios"][f"big job/limit w{name}"] = big["seconds"] / big_limit["seconds"]
             print(f"big job: {args.big_rows} rows, --workers {name}: {big['seconds']:.1f} s against a limit of "

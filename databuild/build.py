@@ -181,9 +181,8 @@ def make(config: BuildConfig, out_dir: Path, *, force: bool = False, offline: bo
         if reason is None:  # another process built it while this one waited
             return replace(_current(final, started), waited=waited)
         # The encode workers start first, so that they start while the source is read; how many depends
-        # on the machine and on the job's size (executors/cores.py).
-        tokens = config.rows * config.row_tokens
-        with encoding_on(executor, pinned.encoder, workers, ray_address, tokens) as encode, \
+        # on the machine (executors/cores.py).
+        with encoding_on(executor, pinned.encoder, workers, ray_address) as encode, \
                 prepare(config, offline, window, spill_prefix, pinned) as prepared:
             result = _make(prepared, final, encode, batch_size, progress, started)
     return replace(result, built=reason, waited=waited, encoding=encode.summary)

@@ -28,13 +28,13 @@ class Encoding:
 
 
 @contextmanager
-def encoding_on(executor: str, encoder: Encoder, workers: int | None, ray_address: str | None = None,
-                tokens: int | None = None) -> Iterator[Encoding]:
-    """The encode step on `executor` ("local" or "ray"; `ray_address` for ray only) for a build of
-    `tokens` tokens (rows x row_tokens). Local worker processes start on entry, so that they start
-    while the source is read, and read their batches from the spill themselves; Ray actors, which may
-    be on other machines, are sent the batches' conversations. `workers` None: local, the default for
-    this machine and job size (cores.encode_processes, which also caps what is asked); ray, one actor."""
+def encoding_on(executor: str, encoder: Encoder, workers: int | None, ray_address: str | None = None
+                ) -> Iterator[Encoding]:
+    """The encode step on `executor` ("local" or "ray"; `ray_address` for ray only). Local worker
+    processes start on entry, so that they start while the source is read, and read their batches from
+    the spill themselves; Ray actors, which may be on other machines, are sent the batches'
+    conversations. `workers` None: local, the default for this machine (cores.encode_processes, which
+    also caps what is asked); ray, one actor."""
     if executor == "ray":
         from .ray import ray_encode_batches
 
@@ -45,11 +45,11 @@ def encoding_on(executor: str, encoder: Encoder, workers: int | None, ray_addres
     from .cores import available_cores, encode_processes, most_processes_rule
     from .local import LocalEncoding
 
-    processes = encode_processes(workers, tokens=tokens)
+    processes = encode_processes(workers)
     with LocalEncoding(encoder, processes) as local:
         summary = local.summary()
         if workers is not None and processes < workers:
             summary += (f"; --workers {workers} asked, {processes} run{'s' if processes == 1 else ''}: "
-                        f"{most_processes_rule(available_cores(), tokens)}, as more were slower "
+                        f"{most_processes_rule(available_cores())}, as more were slower "
                         f"(bench/README.md, \"Cores\")")
         yield Encoding(local.stream, summary, by_reference=processes > 1)

@@ -17,21 +17,16 @@ from pathlib import Path
 from ..errors import BuildError
 
 CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
-# Cores per encode process, at least, for most jobs: each process runs its Python (render, masks) beside
-# its share of the tokenizer's threads, and the driver packs and writes beside them all. Measured
-# (bench/README.md, "Cores"): on 2 and 4 cores a second process was slower than one (12% and 25%): it
-# only adds the hand-offs; on 16 cores, for the recipe's job, 4 processes of 4 threads were the fastest.
-CORES_PER_WORKER = 4
-# A large job runs one process per core instead (one tokenizer thread each), from 16 cores on. Measured
-# on 16 cores in one run: the recipe's job (52 M tokens) took 10.3 s with 4 processes x 4 threads, 11.2 s
-# with 8 x 2 and 11.7 s with 16 x 1; a job 8 times as large took 68.7, 58.4 and 53.6 s (its limit
-# 48.7 s). More processes cost a fixed ~3.7 s (their start-up competes with the source pass; a batch on
-# one thread takes longer, at the start and at the end) and gain ~30% a token (no thread pool's idle
-# tails): the two lines cross near 84 M tokens. Below 16 cores this was not measured.
-LARGE_JOB_TOKENS = 100_000_000
-LARGE_JOB_CORES = 16
+# From this many cores on, a build runs one encode process per core, each with one tokenizer thread (no
+# thread pool to idle while its process's Python renders and masks), up to MOST_PROCESSES; below it, its own
+# process, the tokenizer's threads on every core, its Python overlapped with them. Measured (bench/README.md,
+# "Cores"): on 2 and 4 cores a second process was slower than one (12% and 25%); on 8 and 16 cores one
+# process per core was the fastest, at the recipe's size and at 8 times it, once workers were forked from a
+# server that imports transformers once (local.worker_context) rather than spawned, each importing it.
+PROCESS_PER_CORE_FROM = 8
 # With 16 single-threaded processes the driver (pack, hash, write) is nearly the limit (it waited for its
-# writer 7 s of 54): more would only add memory (~170 MB each, measured).
+# writer 7 s of 54 in the 8x job): more would only add memory (~170 MB each, measured). Above 16 cores,
+# the cores are shared out as threads of these 16 (threads_per_worker).
 MOST_PROCESSES = 16
 
 
@@ -54,34 +49,25 @@ def available_cores(environ=None) -> int:
     return max(1, cores)
 
 
-def default_workers(cores: int | None = None, tokens: int | None = None) -> int:
-    """The encode processes a build of `tokens` tokens (rows x row_tokens; None: not known) runs when
-    --workers is not given, and the most it runs when it is: one per CORES_PER_WORKER cores, at least 1
-    (below 8 cores: the build's own process, the tokenizer's threads on every core, its Python
-    overlapped with them); for a large job on LARGE_JOB_CORES cores or more, one per core, up to
-    MOST_PROCESSES (and never fewer than for a small one)."""
+def default_workers(cores: int | None = None) -> int:
+    """The encode processes a build runs when --workers is not given, and the most it runs when it is:
+    one per core from PROCESS_PER_CORE_FROM cores on, MOST_PROCESSES at most; below, 1 (the build's own)."""
     cores = available_cores() if cores is None else cores
-    most = max(1, cores // CORES_PER_WORKER)
-    return max(most, min(cores, MOST_PROCESSES)) if _large(cores, tokens) else most
+    return min(cores, MOST_PROCESSES) if cores >= PROCESS_PER_CORE_FROM else 1
 
 
-def encode_processes(asked: int | None, cores: int | None = None, tokens: int | None = None) -> int:
+def encode_processes(asked: int | None, cores: int | None = None) -> int:
     """The encode processes for --workers `asked` (None: the default): never more than the default,
     since more were slower, never faster; the build says so when it runs fewer (`most_processes_rule`)."""
-    most = default_workers(cores, tokens)
+    most = default_workers(cores)
     return most if asked is None else max(1, min(asked, most))
 
 
-def most_processes_rule(cores: int, tokens: int | None = None) -> str:
+def most_processes_rule(cores: int) -> str:
     """Why no more encode processes run than `default_workers`, in words for the user."""
-    if _large(cores, tokens):
-        return (f"one process per core, {MOST_PROCESSES} at most, for a job of {LARGE_JOB_TOKENS // 10**6} M "
-                f"tokens or more ({cores} cores here)")
-    return f"one process per {CORES_PER_WORKER} cores at most ({cores} cores here)"
-
-
-def _large(cores: int, tokens: int | None) -> bool:
-    return tokens is not None and tokens >= LARGE_JOB_TOKENS and cores >= LARGE_JOB_CORES
+    if cores >= PROCESS_PER_CORE_FROM:
+        return f"one process per core, {MOST_PROCESSES} at most ({cores} cores here)"
+    return f"one process below {PROCESS_PER_CORE_FROM} cores ({cores} here)"
 
 
 def threads_per_worker(workers: int, cores: int | None = None, environ=None) -> int:
