@@ -223,13 +223,13 @@ class LocalEncoding:
             self.folder = spill_folder()  # owned: removed on exit, or by the next make if this one is killed
             encoder_file = Path(self.folder.name) / "encoder.pickle"
             encoder_file.write_bytes(pickle.dumps(self.encoder))
-            imported_from = {name: getattr(sys.modules.get(name), "__file__", None) for name in SHARED_IMPORTS}
+            imported_from = {name: sys.modules[name].__file__ for name in SHARED_IMPORTS if name in sys.modules}
             context = worker_context()
             self.ended = context.Event()
             lifeline, self.lifeline = context.Pipe(duplex=False)  # this process keeps the writing end, and never writes
             self.pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=context, initializer=_start_worker,
                                             initargs=(str(encoder_file), threads_per_worker(self.workers),
-                                                      {k: v for k, v in imported_from.items() if v is not None},
+                                                      imported_from,
                                                       self.ended, lifeline))
             # One call each starts them all now, not at the first batches, and not on this thread.
             self.starting = threading.Thread(target=self._start_workers, name="databuild-start-workers", daemon=True)
