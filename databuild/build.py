@@ -152,7 +152,8 @@ def prepare(config: BuildConfig, offline: bool = False, window: int = DEFAULT_WI
     try:
         spill = Spill(inputs.source_files, positions, window, Path(spill_dir.name))
         if spill_prefix is None:
-            spill_prefix = expected_prefix(inputs.source_files, positions, config.rows * config.row_tokens)
+            spill_prefix = (len(positions) if config.rows is None else  # rows: all reads the whole stream
+                            expected_prefix(inputs.source_files, positions, config.rows * config.row_tokens))
         found = on_bad_conversation(config.on_bad_conversation, spill.check_and_spill(spill_prefix))
         malformed = {bad.index: bad for bad in found}
     except BaseException:
@@ -188,9 +189,9 @@ def make(config: BuildConfig, out_dir: Path, *, force: bool = False, offline: bo
     return replace(result, built=reason, waited=waited, encoding=encode.summary)
 
 
-def ran_out(written: int, rows: int, stats: PackStats, skipped: list[BadConversation]) -> BuildError:
-    """The stream ended before `rows` rows: where its conversations went, by what happened to them, and
-    the change that addresses the largest loss."""
+def ran_out(written: int, rows: int | None, stats: PackStats, skipped: list[BadConversation]) -> BuildError:
+    """The stream ended before `rows` rows (None, `rows: all`: before its first row): where its
+    conversations went, by what happened to them, and the change that addresses the largest loss."""
     dropped = stats.overlong["dropped"]
     packed = stats.conversations_read - dropped
     kinds = Counter(bad.kind for bad in skipped)
@@ -209,8 +210,12 @@ def ran_out(written: int, rows: int, stats: PackStats, skipped: list[BadConversa
     elif dropped > packed:
         fix = "most were longer than a row: raise row_tokens, or set overlong: truncate to keep their first row"
     else:
-        fix = "ask for fewer rows (rows in the config), or give it more source (a larger take, another source)"
-    return BuildError(f"the source ran out: {written} rows kept of the {rows} the config asks for; of its {total} "
+        fix = ("give it more source (a larger take, another source)" if rows is None else
+               "ask for fewer rows (rows in the config; rows: all keeps every row the sources give), or give it "
+               "more source (a larger take, another source)")
+    asked = "rows: all, and no row could be built" if rows is None else \
+        f"{written} rows kept of the {rows} the config asks for"
+    return BuildError(f"the source ran out: {asked}; of its {total} "
                       f"conversations, {', '.join(fates)}; {stats.rows_skipped_unsupervised} rows skipped without "
                       f"targets; {fix}")
 
@@ -242,7 +247,7 @@ def _make(prepared: Prepared, final: Path, encode: Encoding, batch_size: int, pr
                 raise refusal(bad_conversation(list(inputs.source_files), exc.conversation.index,
                                                exc.conversation.id, Problem(OVERLONG, str(exc)))) from None
         try:
-            if written < config.rows:
+            if written < (config.rows or 1):  # rows: all needs one row at least
                 raise ran_out(written, config.rows, stats, skipped)
             # a failed early hash (a file deleted meanwhile) is left to the check, which names it
             early = prepared.spill.passes == passes and rehash.exception() is None

@@ -55,7 +55,7 @@ def list_configs():
         sources = " + ".join((f"{s.repo}@{s.revision[:12]}" if s.repo else f"{s.dir} (local)")
                              + (f" (take {s.take})" if s.take is not None else "")
                              + (f" [{s.format}]" if s.format != "messages" else "") for s in config.sources)
-        click.echo(f"{name}\t{config.rows} rows x {config.row_tokens} tokens\t{sources}\t{path}")
+        click.echo(f"{name}\t{config.rows_spelled} rows x {config.row_tokens} tokens\t{sources}\t{path}")
 
 
 def _overrides(config, dataset_dir, tokenizer_dir):
@@ -124,7 +124,9 @@ def make(name, out_dir, offline, dataset_dir, tokenizer_dir, workers, batch_size
     else:
         click.echo(f"built{waited}: {result.built}\nencoded by: {result.encoding}")
     click.echo(f"{result.parquet}\n"
-               f"  rows                   {s['rows']} x {s['row_tokens']} tokens ({s['tokens']:,} tokens)\n"
+               f"  rows                   {s['rows']} x {s['row_tokens']} tokens ({s['tokens']:,} tokens)"
+               + (" (rows: all; every row the sources give)\n" if result.data["build"]["rows"] == "all" else "\n")
+               +
                f"  supervised_token_ratio {s['supervised_token_ratio']:.4f}\n"
                f"  rows skipped           {skipped} (no supervised token)\n"
                + (f"  padding_tokens         {s['padding_tokens']:,} ({s['padding_tokens'] / s['tokens']:.2%})\n"

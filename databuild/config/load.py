@@ -13,7 +13,7 @@ from ruamel.yaml.error import YAMLError
 
 from ..errors import BuildError
 from .checks import _fail, _reject_unknown, _take
-from .schema import BAD_CONVERSATION_POLICIES, BuildConfig
+from .schema import BAD_CONVERSATION_POLICIES, ROWS_ALL, BuildConfig
 from .sources import _sources, _tokenizer
 
 
@@ -40,6 +40,17 @@ def _end_of_turn(raw: dict, where: str) -> tuple[str, ...]:
     if not isinstance(tokens, list) or not all(isinstance(t, str) and t for t in tokens):
         raise _fail(where, "end_of_turn", value, "expected a token, or a list of tokens")
     return tuple(tokens)
+
+
+def _rows(raw: dict, where: str) -> int | None:
+    """`rows`: a count, or `all` (None): build until the sources run out."""
+    value = raw.get("rows")
+    if value == ROWS_ALL:
+        return None
+    if "rows" in raw and (isinstance(value, bool) or not isinstance(value, int)):
+        raise _fail(where, "rows", value, f"expected a count of rows (an int), or '{ROWS_ALL}' for every row the "
+                                          "sources give")
+    return _take(raw, "rows", int, where)
 
 
 PADDING_KEYS = ("packing_window", "overlong", "pad_token")  # meaningful only for a policy that pads
@@ -111,7 +122,7 @@ def load_config(path: str | os.PathLike) -> BuildConfig:
         loss_mask=loss_mask,
         seed=_take(raw, "seed", int, where),
         row_tokens=_take(raw, "row_tokens", int, where),
-        rows=_take(raw, "rows", int, where),
+        rows=_rows(raw, where),
         separator=_take(raw, "separator", str, where, None),
         on_bad_conversation=policy,
         **packing_keys(raw, where),
@@ -123,14 +134,14 @@ def load_config(path: str | os.PathLike) -> BuildConfig:
     if not re.match(r"^[A-Za-z0-9._-]+$", config.name):
         raise _fail(where, "name", config.name, "use letters, digits, '.', '_' and '-' only")
     for key in ("row_tokens", "rows"):
-        if getattr(config, key) <= 0:
+        if getattr(config, key) is not None and getattr(config, key) <= 0:
             raise _fail(where, key, getattr(config, key), "must be positive")
     if config.seed < 0:
         raise _fail(where, "seed", config.seed, "must be non-negative")
     for key, bound in BOUNDS.items():
-        if getattr(config, key) > bound:
+        if getattr(config, key) is not None and getattr(config, key) > bound:
             raise _fail(where, key, getattr(config, key), f"must be at most {bound}")
-    if config.rows * config.row_tokens > BOUNDS["rows"]:
+    if config.rows is not None and config.rows * config.row_tokens > BOUNDS["rows"]:
         raise _fail(where, "rows", config.rows, f"rows x row_tokens must be at most {BOUNDS['rows']}")
     if config.separator == "":
         raise _fail(where, "separator", "", "name a token, or leave the key out for the tokenizer's EOS")

@@ -16,6 +16,7 @@ from ..errors import BuildError
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 BAD_CONVERSATION_POLICIES = ("error", "skip")
+ROWS_ALL = "all"  # `rows: all`: every row the sources give
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,7 @@ class BuildConfig:
     loss_mask: str
     seed: int
     row_tokens: int
-    rows: int
+    rows: int | None  # None: `rows: all`, every row the sources give
     template_kwargs: tuple[tuple[str, Any], ...] = ()
     separator: str | None = None  # a token string; None means the tokenizer's EOS token
     on_bad_conversation: str = "error"
@@ -78,6 +79,11 @@ class BuildConfig:
     chat_template_name: str | None = None  # one of the tokenizer's named templates; None: transformers' choice
     end_of_turn: tuple[str, ...] = ()  # special tokens closing an assistant turn, besides EOS
     history: str = "expand"  # a template that rewrites history: expand (one sample per turn) or refuse
+
+    @property
+    def rows_spelled(self) -> int | str:
+        """`rows` as the config writes it (and the manifest's build.rows records it): a count, or "all"."""
+        return ROWS_ALL if self.rows is None else self.rows
 
     @property
     def template_kwargs_dict(self) -> dict[str, Any]:

@@ -102,7 +102,7 @@ def build_manifest(record: BuildRecord) -> dict[str, Any]:
             "separator": {"token": packing.separator, "id": packing.separator_id},
             "on_bad_conversation": config.on_bad_conversation,
             "parquet_writer": record.parquet_writer,
-            "rows": config.rows,
+            "rows": config.rows_spelled,
             "row_tokens": config.row_tokens,
             "chat_template": encoder_pins.get("chat_template"),
             "end_of_turn": encoder_pins.get("end_of_turn"),
