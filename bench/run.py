@@ -409,7 +409,8 @@ def limit_of(args, corpus, tokenizer, kwargs, tmp, conversations: int, read: dic
 
 def curve(args, corpus, tokenizer, loss_mask, kwargs, tmp) -> dict:
     sys.path.insert(0, str(args.databuild.resolve() if args.databuild else REPO))
-    from databuild.executors.cores import available_cores, default_workers
+    from databuild.executors.cores import default_workers
+    from databuild.utils.machine import available_cores
 
     rows = args.rows or estimate_rows(corpus, args, tokenizer, kwargs, tmp)
     cores, default = available_cores(), default_workers()

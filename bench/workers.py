@@ -380,7 +380,7 @@ def run_read(job: dict) -> dict:
     releases the GIL): as fast as the source can be read, whatever a build then does with it."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from databuild.executors.cores import available_cores
+    from databuild.utils.machine import available_cores
 
     paths = sorted((Path(job["corpus"]) / "data").glob("train-*.parquet"))
     with Load() as load:

@@ -30,7 +30,7 @@ from .executors import Encoding, encoding_on
 from .executors.local import batches
 from .errors import BuildError
 from .rowfile.hashes import RowsHasher, SegmentsHasher
-from .inputs.pins import check_unchanged, file_sha256, hashing_in_background
+from .inputs.pins import check_unchanged, hashing_in_background
 from .inputs.resolve import ResolvedInputs, resolve_inputs
 from .publish.current import stale_reason
 from .publish.lock import exclusive
@@ -46,6 +46,7 @@ from .sources.bad import (OVERLONG, SKIPPED_KINDS, BadConversation, Problem, bad
 from .sources.reader import Conversation
 from .sources.spill import Spill, SpilledBatch, expected_prefix
 from .sources.spill_folder import remove_stale_spill_folders, spill_folder
+from .utils.files import file_sha256
 from .rowfile.write import WRITER_OPTIONS, partial_path, partials, publish, rows_per_group, write_rows
 
 DEFAULT_BATCH = 256

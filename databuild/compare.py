@@ -21,8 +21,8 @@ from .errors import BuildError
 from .publish.current import pinned
 from .publish.manifest_diff import Cause, Change, causes, changes
 from .publish.manifest_read import manifest_beside, read_manifest
-from .inputs.pins import file_sha256
 from .rowfile.row_digests import RowDigests, RowsDiff, compare_rows, digest_rows, from_hex
+from .utils.files import file_sha256
 from .views.show import Row, open_parquet, read_rows
 
 ROWS, MANIFEST, CONFIG = "row file", "manifest", "config"

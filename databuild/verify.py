@@ -15,11 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from .errors import BuildError
-from .inputs.pins import file_sha256
 from .rowfile.hashes import ParquetSummary, RowFormatError, UnreadableError, hash_parquet
-from .publish.manifest import library_versions, manifest_path
+from .publish.manifest import manifest_path
 from .publish.manifest_read import read_manifest
 from .rowfile.write import partials
+from .utils.files import file_sha256
+from .utils.versions import library_versions
 
 EXIT_OK, EXIT_DIFFERENT, EXIT_USAGE, EXIT_UNREADABLE = 0, 1, 2, 3
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from databuild.executors import cores
+from databuild.utils import machine as cores_here
 from databuild.errors import BuildError
-from databuild.executors.cores import (available_cores, default_workers, encode_processes, most_processes_rule,
-                                       threads_per_worker)
+from databuild.executors.cores import default_workers, encode_processes, most_processes_rule, threads_per_worker
+from databuild.utils.machine import available_cores
 
 
 @pytest.mark.parametrize("machine, workers", [(1, 1), (2, 1), (4, 1), (7, 1), (8, 8), (12, 12), (16, 16), (17, 16),
@@ -48,10 +48,10 @@ def test_cores_are_the_affinity(monkeypatch):
     """A process pinned to one core (taskset, a cpuset) counts one core, whatever the machine has."""
     monkeypatch.delenv("DATABUILD_CORES", raising=False)
     code = "import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); " \
-           "from databuild.executors.cores import available_cores; print(available_cores())"
+           "from databuild.utils.machine import available_cores; print(available_cores())"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "1"
-    assert available_cores() == len(os.sched_getaffinity(0)) or cores.CGROUP_CPU_MAX.exists()
+    assert available_cores() == len(os.sched_getaffinity(0)) or cores_here.CGROUP_CPU_MAX.exists()
 
 
 def test_databuild_cores_says_how_many(monkeypatch):
@@ -80,7 +80,7 @@ def test_why_no_more_processes_run(machine, rule):
 def test_a_cgroup_quota_caps_the_cores(tmp_path, monkeypatch, text, expected):
     monkeypatch.delenv("DATABUILD_CORES", raising=False)
     (tmp_path / "cpu.max").write_text(text + "\n")
-    monkeypatch.setattr(cores, "CGROUP_CPU_MAX", tmp_path / "cpu.max")
+    monkeypatch.setattr(cores_here, "CGROUP_CPU_MAX", tmp_path / "cpu.max")
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)))
     assert available_cores() == expected
 

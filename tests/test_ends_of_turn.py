@@ -34,7 +34,7 @@ def chatml_tokenizer(tmp_path, eos_token_id=None):
 
 
 def build(tmp_path, directory, name, **changes):
-    from databuild.inputs.pins import file_sha256
+    from databuild.utils.files import file_sha256
 
     pins = {f: file_sha256(directory / f)[0] for f in tokenizer_files(directory)}
     config = write_config(tmp_path / f"{name}.yaml", name=name, loss_mask="assistant", rows=6,

@@ -42,7 +42,8 @@ def encoding_on(executor: str, encoder: Encoder, workers: int | None, ray_addres
         yield Encoding(lambda batches: ray_encode_batches(batches, encoder, actors, ray_address),
                        f"{actors} Ray actor{'s' if actors > 1 else ''}")
         return
-    from .cores import available_cores, encode_processes, most_processes_rule
+    from ..utils.machine import available_cores
+    from .cores import encode_processes, most_processes_rule
     from .local import LocalEncoding
 
     processes = encode_processes(workers)

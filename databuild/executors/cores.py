@@ -1,22 +1,10 @@
-"""How many cores a build may use, and how they are shared between encode processes and the
-tokenizer's own threads.
-
-The cores are those this process may run on (its CPU affinity, which `taskset`, cpusets and most
-schedulers set), capped by a cgroup v2 CPU quota (`cpu.max`, what a container's CPU limit sets), or
-DATABUILD_CORES where the user says how many.
-Every parallel stage sizes itself from this one figure: the source pass's threads, the hashing
-threads, the encode processes and their Rust threads.
-"""
+"""How a build's cores (utils.machine.available_cores) are shared between encode processes and the
+tokenizer's own threads."""
 
 from __future__ import annotations
 
-import math
-import os
-from pathlib import Path
+from ..utils.machine import available_cores, count_in_environment
 
-from ..errors import BuildError
-
-CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
 # From this many cores on, a build runs one encode process per core, each with one tokenizer thread (no
 # thread pool to idle while its process's Python renders and masks), up to MOST_PROCESSES; below it, its own
 # process, the tokenizer's threads on every core, its Python overlapped with them. Measured (bench/README.md,
@@ -28,25 +16,6 @@ PROCESS_PER_CORE_FROM = 8
 # writer 7 s of 54 in the 8x job): more would only add memory (~170 MB each, measured). Above 16 cores,
 # the cores are shared out as threads of these 16 (threads_per_worker).
 MOST_PROCESSES = 16
-
-
-def available_cores(environ=None) -> int:
-    """Cores this process may use: DATABUILD_CORES when set (a share of a node that its scheduler does
-    not enforce), else its affinity, capped by a cgroup v2 CPU quota; at least 1."""
-    asked = _count_in(environ, "DATABUILD_CORES", "cores")
-    if asked is not None:
-        return asked
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
-    try:
-        quota, period = CGROUP_CPU_MAX.read_text().split()[:2]
-        if quota != "max":
-            cores = min(cores, max(1, math.ceil(int(quota) / int(period))))
-    except (OSError, ValueError):
-        pass
-    return max(1, cores)
 
 
 def default_workers(cores: int | None = None) -> int:
@@ -76,16 +45,8 @@ def threads_per_worker(workers: int, cores: int | None = None, environ=None) -> 
     thread pool per process as wide as the machine) nor one thread each (cores left idle when
     there are fewer processes than cores). A RAYON_NUM_THREADS the user set is theirs: each process
     gets that many."""
-    asked = _count_in(environ, "RAYON_NUM_THREADS", "threads")
+    asked = count_in_environment(environ, "RAYON_NUM_THREADS", "threads")
     if asked is not None:
         return asked
     cores = available_cores() if cores is None else cores
     return max(1, cores // max(1, workers))
-
-
-def _count_in(environ, name: str, what: str) -> int | None:
-    """The environment variable `name` (of os.environ, or `environ`) as a count of 1 or more; None when unset."""
-    value = (os.environ if environ is None else environ).get(name)
-    if value is not None and (not value.strip().isdigit() or int(value) < 1):
-        raise BuildError(f"{name}={value!r} in the environment: not a whole number of {what}, 1 or more")
-    return None if value is None else int(value)

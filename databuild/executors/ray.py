@@ -26,8 +26,8 @@ from typing import Iterable, Iterator
 
 from ..encode.encoder import Encoder, TokenizedConversation
 from ..errors import BuildError, first_line
-from ..publish.manifest import library_versions
 from ..sources.reader import Conversation
+from ..utils.versions import library_versions
 from .local import in_order
 
 # One core per worker: each actor reserves one CPU and its tokenizer uses one thread (no Rust pool

@@ -19,8 +19,8 @@ import pyarrow.parquet as pq
 
 from ..errors import BuildError
 from ..publish.manifest import manifest_path
-from ..inputs.pins import file_sha256
 from ..rowfile.write import partial_path
+from ..utils.files import file_sha256
 from ..verify import Expected, Report, UsageError, differences, row_differences
 from .content import ContentHasher
 from .stream import FORMAT

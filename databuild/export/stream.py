@@ -19,10 +19,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import BuildError
-from ..publish.manifest import library_versions, manifest_path, replace_durably, write_manifest
-from ..inputs.pins import file_sha256
+from ..publish.manifest import manifest_path, write_manifest
 from ..rowfile.hashes import ParquetSummary
 from ..rowfile.write import WRITER_OPTIONS, partial_path
+from ..utils.files import file_sha256, replace_durably
+from ..utils.versions import library_versions
 from .content import ContentHasher
 from .rows import RowBlock, read_blocks
 

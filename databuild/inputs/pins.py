@@ -3,7 +3,6 @@ their sha256 against the config, a sharded split's completeness, and the source 
 
 from __future__ import annotations
 
-import hashlib
 import re
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -12,10 +11,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from ..errors import BuildError
-from ..executors.cores import available_cores
 from ..sources.reader import SourceFile
-
-FILE_CHUNK = 1 << 20
+from ..utils.files import file_sha256
+from ..utils.machine import available_cores
 
 # generation_config.json: the tokens `generate` stops on (eos_token_id), the ends of turn of an
 # untagged template when the config declares none (encode/ends.py)
@@ -31,18 +29,6 @@ def tokenizer_files(directory: Path) -> list[str]:
     present, in that order, then the named templates in sorted order."""
     present = [name for name in TOKENIZER_FILES if (directory / name).exists()]
     return present + sorted(path.relative_to(directory).as_posix() for path in directory.glob(NAMED_TEMPLATES))
-
-
-def file_sha256(path: Path, progress: Callable[[int], Any] | None = None) -> tuple[str, int]:
-    """(hex digest, size in bytes), streaming; `progress` is given the size of each chunk read."""
-    sha, size = hashlib.sha256(), 0
-    with open(path, "rb") as handle:
-        while chunk := handle.read(FILE_CHUNK):
-            sha.update(chunk)
-            size += len(chunk)
-            if progress is not None:
-                progress(len(chunk))
-    return sha.hexdigest(), size
 
 
 def hash_files(paths: list[Path], desc: str | None,

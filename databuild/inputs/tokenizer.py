@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import BuildError
-from .pins import file_sha256
+from ..utils.files import file_sha256
 
 
 def _hub_cache(repo: str, revision: str) -> Path | None:

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..pack.bfd import OVERLONG_COUNTS
 from ..pack.rows import NO_SUPERVISED_TOKEN
 from ..sources.bad import MALFORMED, SKIPPED_KINDS
+from ..utils.files import replace_durably
+from ..utils.versions import library_versions
 from .funnel import funnel, read_per_source
 
 if TYPE_CHECKING:
@@ -28,20 +28,6 @@ if TYPE_CHECKING:
     from ..sources.bad import BadConversation
 
 FORMAT = "databuild-manifest/1"
-LIBRARIES = ("databuild", "numpy", "pyarrow", "tokenizers", "transformers", "jinja2", "huggingface_hub",
-             "datasets", "click", "ruamel.yaml")
-
-
-def library_versions() -> dict[str, str]:
-    versions = {"python": platform.python_version()}
-    for name in LIBRARIES:
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            versions[name] = "not installed"
-    return versions
-
-
 def manifest_path(parquet: Path) -> Path:
     return parquet.with_name(parquet.name.removesuffix(".parquet") + ".manifest.json")
 
@@ -205,13 +191,3 @@ def write_manifest(manifest: dict[str, Any], path: Path) -> None:
         handle.flush()
         os.fsync(handle.fileno())
     replace_durably(partial, path)
-
-
-def replace_durably(source: Path, target: Path) -> None:
-    """os.replace, then fsync of the directory: without it a power loss can undo the rename."""
-    os.replace(source, target)
-    directory = os.open(target.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)

@@ -19,9 +19,9 @@ from ruamel.yaml.error import YAMLError
 
 from ..errors import BuildError
 from ..publish.lock import exclusive
-from ..publish.manifest import replace_durably
 from ..publish.manifest_read import read_manifest
 from ..publish.yaml_splice import splices
+from ..utils.files import replace_durably
 
 
 def _read(path: Path) -> str:

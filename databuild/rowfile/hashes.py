@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..errors import BuildError
-from ..inputs.pins import file_sha256
+from ..utils.files import file_sha256
 
 ROW_DIGEST_HEX = 16
 

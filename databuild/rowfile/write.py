@@ -23,8 +23,8 @@ import pyarrow.parquet as pq
 
 from ..errors import BuildError
 from ..rowfile.hashes import EXPECTED_TYPES, RowsHasher, SegmentsHasher
-from ..publish.manifest import replace_durably
 from ..pack.rows import Row
+from ..utils.files import replace_durably
 
 # Fixed text, so the bytes stay deterministic. Megatron-Bridge reads these very column names but stores
 # its mask rolled left by one per segment: the words say which convention this file is in.

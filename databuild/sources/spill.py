@@ -32,8 +32,8 @@ import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from ..errors import BuildError
-from ..executors.cores import available_cores
 from ..sources.bad import BadConversation, marked
+from ..utils.machine import available_cores
 from ..sources.reader import COLUMNS, RECORD_COUNTS, Conversation, SourceFile, check_batch, iter_batches, with_valid_utf8
 
 PARTS_PER_THREAD = 4  # parts of the source per thread in a pass: small enough to even out the threads' loads
