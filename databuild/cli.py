@@ -42,7 +42,8 @@ def main():
 @main.command("list")
 @one_line_errors
 def list_configs():
-    """The configs that `make NAME` knows, one line each.
+    """The configs that `make NAME` knows, one line each; one that does not load is listed as BROKEN with
+    its error, and the exit status is then 1.
 
     \b
     Example:
@@ -50,12 +51,20 @@ def list_configs():
     """
     from .config import available_configs, load_config
 
+    broken = []
     for name, path in available_configs().items():
-        config = load_config(path)
+        try:
+            config = load_config(path)
+        except (BuildError, OSError) as exc:  # one broken config hides none of the others
+            broken.append(name)
+            click.echo(f"{name}\tBROKEN\t{exc}\t{path}")
+            continue
         sources = " + ".join((f"{s.repo}@{s.revision[:12]}" if s.repo else f"{s.dir} (local)")
                              + (f" (take {s.take})" if s.take is not None else "")
                              + (f" [{s.format}]" if s.format != "messages" else "") for s in config.sources)
         click.echo(f"{name}\t{config.rows_spelled} rows x {config.row_tokens} tokens\t{sources}\t{path}")
+    if broken:
+        raise BuildError(f"{len(broken)} config(s) do not load: {', '.join(broken)} (the BROKEN lines above say why)")
 
 
 def _overrides(config, dataset_dir, tokenizer_dir):

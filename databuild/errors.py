@@ -2,6 +2,8 @@
 that does it for every command."""
 
 import functools
+import io
+import os
 import signal
 import sys
 
@@ -41,6 +43,8 @@ def one_line_errors(command=None, *, status: int = EXIT_FAILED):
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
+        if not isinstance(sys.stdout, ClosedPipeTolerant) and sys.stdout is not None:
+            sys.stdout = ClosedPipeTolerant(sys.stdout)
         try:
             with stop_signals():
                 return command(*args, **kwargs)
@@ -72,3 +76,53 @@ def _what() -> str:
     arguments = [str(context.params[p.name]) for p in context.command.params
                  if isinstance(p, click.Argument) and context.params.get(p.name) is not None]
     return " ".join(["databuild", context.info_name or "", *arguments]).strip()
+
+
+class ClosedPipeTolerant(io.TextIOBase):
+    """stdout for a command whose reader may stop reading (`databuild make NAME | head -n 1`): a closed
+    pipe is not an error, so the command finishes its work (a recipe's update after make's summary) and
+    what it still prints goes nowhere, where Python would raise BrokenPipeError at the first line the
+    reader did not take. Its encoding and errors are the stream's, so click writes to it as it is."""
+
+    def __init__(self, stream):
+        super().__init__()
+        self._stream = stream
+
+    @property
+    def encoding(self):
+        return self._stream.encoding
+
+    @property
+    def errors(self):
+        return self._stream.errors
+
+    def isatty(self) -> bool:
+        return self._stream.isatty()
+
+    def fileno(self) -> int:
+        return self._stream.fileno()
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._closed_pipe()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._closed_pipe()
+
+    def _closed_pipe(self) -> None:
+        """From now on stdout is /dev/null, at its descriptor too: what the stream still holds in its
+        buffer is flushed there at exit, not into the closed pipe."""
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, self._stream.fileno())
+        finally:
+            os.close(devnull)

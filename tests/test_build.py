@@ -369,6 +369,36 @@ def test_list_and_help_show_examples():
         assert helped.returncode == 0 and "Example" in helped.stdout, command
 
 
+def test_list_shows_every_config_and_marks_the_broken_ones(tmp_path):
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    write_config(configs / "b-good.yaml")
+    (configs / "a-unparsable.yaml").write_text("name: [unclosed\n")
+    (configs / "c-incomplete.yaml").write_text("rows: 3\n")
+    listed = run_cli("list", env={"DATABUILD_CONFIGS": str(configs)}, cwd=tmp_path)
+    lines = {line.split("\t")[0]: line for line in listed.stdout.splitlines()}
+    assert {"a-unparsable", "b-good", "c-incomplete", TINY} <= set(lines)  # the configs after a broken one too
+    assert lines["a-unparsable"].split("\t")[1] == "BROKEN" and "cannot read config" in lines["a-unparsable"]
+    assert lines["c-incomplete"].split("\t")[1] == "BROKEN" and "missing key" in lines["c-incomplete"]
+    assert lines["b-good"].split("\t")[1] == "40 rows x 512 tokens"
+    assert listed.returncode == 1
+    assert listed.stderr == "error: 2 config(s) do not load: a-unparsable, c-incomplete (the BROKEN lines above say why)\n"
+
+
+def test_a_closed_pipe_is_not_an_error_and_the_command_finishes(tiny_build, tmp_path):
+    """`make NAME | head -n 1`: the reader is gone before make writes its summary; make says nothing
+    about it, still updates the recipe it was given (work after the summary), and exits 0."""
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("workload:\n  dataset:\n    name: x\n")
+    command = [sys.executable, "-m", "databuild", "make", TINY, "--out", str(tiny_build.parquet.parent),
+               "--recipe", str(recipe)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
+    process.stdout.close()  # the pipe's reader has gone: each write make tries fails with EPIPE
+    stderr = process.stderr.read().decode()
+    assert process.wait() == 0 and stderr == ""
+    assert tiny_build.data["output"]["rows_sha256"] in recipe.read_text()
+
+
 def invalid_utf8_source(tmp_path: Path) -> Path:
     """OK_ROWS, with row 2's answer and row 5's id made of bytes that are not UTF-8."""
     ids = [r[0].encode() for r in OK_ROWS]
