@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from conftest import SOURCE_DIR, TOKENIZER_DIR, write_config
+from conftest import SOURCE_DIR, TINY, TOKENIZER_DIR, write_config
 from databuild.build import make
 from databuild.config import load_config
 from databuild.errors import BuildError
@@ -19,13 +19,13 @@ def digests(directory, pattern):
             for p in sorted(directory.glob(pattern))}
 
 
-def content_pinned(tmp_path, source=SOURCE_DIR, **changes):
+def content_pinned(tmp_path, source=SOURCE_DIR, tokenizer=TOKENIZER_DIR, **changes):
     """The tiny config with its source and tokenizer pinned by their files' sha256 alone."""
     return write_config(tmp_path / "local.yaml",
                         source={"repo": None, "revision": None, "dir": str(source),
                                 "sha256": digests(source, "data/*.parquet")},
-                        tokenizer={"repo": None, "revision": None,
-                                   "sha256": digests(TOKENIZER_DIR, "*")}, **changes)
+                        tokenizer={"repo": None, "revision": None, "dir": str(tokenizer),
+                                   "sha256": digests(tokenizer, "*")}, **changes)
 
 
 def test_content_pinned_build_is_the_tiny_build(tmp_path, tiny_build):
@@ -61,7 +61,23 @@ def test_a_source_file_changed_added_or_removed_is_refused(tmp_path, change, mes
     with pytest.raises(BuildError) as error:
         make(config, tmp_path / "out", progress=False)
     assert message in str(error.value) and f"dataset dir {copy}" in str(error.value)
+    # the change may be the user's own data, edited on purpose: the line says how to pin it anew
+    assert f"pin the folder as it is now: databuild init {TINY} --force -o {tmp_path / 'local.yaml'} with the " \
+           "--tokenizer, --source, --rows and --row-tokens that wrote the config" in str(error.value)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_changed_local_tokenizer_points_to_init_force(tmp_path):
+    copy = tmp_path / "tok"
+    shutil.copytree(TOKENIZER_DIR, copy)
+    config = load_config(content_pinned(tmp_path, tokenizer=copy))
+    (copy / "tokenizer_config.json").write_text((copy / "tokenizer_config.json").read_text() + " ")
+    with pytest.raises(BuildError) as error:
+        make(config, tmp_path / "out", progress=False)
+    assert "tokenizer_config.json sha256 is" in str(error.value)
+    assert f"put the pinned file back into {copy}; if you changed it on purpose, pin the folder as it is now: "\
+           f"databuild init {TINY} --force -o" \
+        in str(error.value)
 
 
 @pytest.mark.parametrize("changes, message", [

@@ -70,34 +70,42 @@ def hashing_in_background(paths: list[Path]) -> Iterator[Future]:
 
 
 def check_tokenizer_pins(directory: Path, pins: tuple[tuple[str, str], ...], where: str,
-                         hint: str) -> list[tuple[str, str]]:
+                         hint: str, repin: str | None = None) -> list[tuple[str, str]]:
     """(file, sha256) of every tokenizer file in `directory`; each pinned file must be there and hash
-    to its pin."""
+    to its pin. `hint`: how to get a missing file back; `repin`: how to pin the folder as it is now,
+    when a change may be the user's own (a local folder init pinned)."""
     hashes = [(name, file_sha256(directory / name)[0]) for name in tokenizer_files(directory)]
     found = dict(hashes)
     for name, expected in pins:
         if name not in found:
-            raise BuildError(f"{where}: missing file {name} in {directory}; {hint}")
+            raise BuildError(f"{where}: missing file {name} in {directory}; {hint}"
+                             + (f"; if you removed it on purpose, {repin}" if repin else ""))
         if found[name] != expected:
             raise BuildError(f"{where}: {name} sha256 is {found[name]}, the config pins {expected}: not the pinned "
-                             "file; use the tokenizer at the pinned commit, or pin this one (a new version of the config)")
+                             "file; " + (f"{hint}; if you changed it on purpose, {repin}" if repin else
+                                         "use the tokenizer at the pinned commit, or pin this one (a new version "
+                                         "of the config)"))
     return hashes
 
 
-def check_file_pins(found: list[tuple[str, str]], pins: tuple[tuple[str, str], ...], where: str) -> None:
+def check_file_pins(found: list[tuple[str, str]], pins: tuple[tuple[str, str], ...], where: str,
+                    repin: str | None = None) -> None:
     """A source pinned by its files' sha256 (`pins`, none: nothing to check) is exactly those files,
-    each hashing to its pin: a file added, removed or changed is refused, naming it."""
+    each hashing to its pin: a file added, removed or changed is refused, naming it. `repin`: how to
+    pin the folder as it is now, when the change may be the user's own (a local folder init pinned)."""
     if not pins:
         return
     found_map, pinned = dict(found), dict(pins)
+    fix = f"; if you changed the data on purpose, {repin}" if repin else ""
     missing = sorted(set(pinned) - set(found_map))
     if missing:
-        raise BuildError(f"{where}: missing file {missing[0]}, which the config pins ({len(missing)} missing)")
+        raise BuildError(f"{where}: missing file {missing[0]}, which the config pins ({len(missing)} missing){fix}")
     for name, digest in found:
         if name not in pinned:
-            raise BuildError(f"{where}: {name} is not among the files the config pins (sha256); remove it, or pin it")
+            raise BuildError(f"{where}: {name} is not among the files the config pins (sha256); remove it, or "
+                             + (repin if repin else "pin it"))
         if digest != pinned[name]:
-            raise BuildError(f"{where}: {name} sha256 is {digest}, the config pins {pinned[name]}")
+            raise BuildError(f"{where}: {name} sha256 is {digest}, the config pins {pinned[name]}{fix}")
 
 
 def check_shards(files: list[SourceFile], split: str, where: str) -> None:

@@ -69,6 +69,14 @@ def _resolve_tokenizer(config: BuildConfig, offline: bool, down: str | None) -> 
                         down)
 
 
+def repin_hint(config: BuildConfig) -> str:
+    """How to pin a local folder as it is now: init again over the same inputs, replacing the config."""
+    default = Path("configs") / f"{config.name}.yaml"
+    out = "" if config.path is None or config.path.resolve() == default.resolve() else f" -o {config.path}"
+    return (f"pin the folder as it is now: databuild init {config.name} --force{out} with the --tokenizer, --source, "
+            "--rows and --row-tokens that wrote the config (a new version of it: its rows change)")
+
+
 def resolve_inputs(config: BuildConfig, offline: bool = False) -> ResolvedInputs:
     """Locate, and check, every input of a build; nothing is tokenized before this returns."""
     offline = offline_mode(offline)
@@ -83,8 +91,9 @@ def resolve_inputs(config: BuildConfig, offline: bool = False) -> ResolvedInputs
     hint = fetch_hint(config.name) if spec.dir is None else (
         f"copy it into {tokenizer_dir} from {spec.repo} at {spec.revision} (the config pins its sha256 under "
         "tokenizer.sha256)" if spec.repo is not None else
-        f"put it back into {tokenizer_dir}, or pin the folder as it is now with databuild init")
-    tokenizer_hashes = check_tokenizer_pins(tokenizer_dir, spec.sha256, where, hint)
+        f"put the pinned file back into {tokenizer_dir}")
+    repin = repin_hint(config) if spec.dir is not None and spec.repo is None else None
+    tokenizer_hashes = check_tokenizer_pins(tokenizer_dir, spec.sha256, where, hint, repin)
     if config.tokenizer.dir is None:
         for name, digest in tokenizer_hashes:
             check_cached_blob(tokenizer_dir / name, tokenizer_dir, f"{where}: {name}", digest)
@@ -111,7 +120,8 @@ def _resolve_source(config: BuildConfig, spec: SourceSpec, first: int, offline: 
         if origin == "hub":
             check_cached_blob(file.path, root, f"{where}: {file.name}", digest)
         hashes.append((file.name, size, digest))
-    check_file_pins([(name, digest) for name, _, digest in hashes], spec.sha256, where)
+    check_file_pins([(name, digest) for name, _, digest in hashes], spec.sha256, where,
+                    repin_hint(config) if origin == "local" and spec.repo is None else None)
     rows = sum(f.rows for f in files)
     selected = take_rows(rows, take_count(spec.take, rows, f"{config.path}: {spec.key}"), config.seed)
     return ResolvedSource(spec, root, tuple(files), tuple(hashes), origin, selected)
