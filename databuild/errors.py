@@ -4,10 +4,12 @@ that does it for every command."""
 import functools
 import io
 import os
+import reprlib
 import signal
 import sys
 
 EXIT_FAILED = 1
+QUOTED_CHARACTERS = 200  # the most of a value that a message quotes: the value may be any size
 
 
 class BuildError(Exception):
@@ -16,6 +18,23 @@ class BuildError(Exception):
 
     def __init__(self, message: str):
         super().__init__(str(message).replace("\n", " "))
+
+
+# reprlib shortens what it shows at every level (items of a list, characters of a string, depth), so
+# quoting a value costs little whatever its size: a YAML alias may stand for 10^10 nodes.
+_QUOTE = reprlib.Repr()
+_QUOTE.maxstring = _QUOTE.maxother = QUOTED_CHARACTERS
+_QUOTE.maxlist = _QUOTE.maxtuple = _QUOTE.maxdict = _QUOTE.maxset = 10
+_QUOTE.maxlevel = 4
+
+
+def quoted(value, limit: int = QUOTED_CHARACTERS) -> str:
+    """A value as a message quotes it: its repr when short; a longer string, its first `limit` characters
+    and its length; anything else, its repr cut to `limit` characters."""
+    if isinstance(value, str):
+        return repr(value) if len(value) <= limit else f"{value[:limit]!r}... ({len(value):,} characters)"
+    text = _QUOTE.repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}..."
 
 
 def first_line(exc: BaseException) -> str:

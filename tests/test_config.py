@@ -74,3 +74,83 @@ def test_bounds_are_one_line_on_the_command_line(tmp_path):
                             capture_output=True, text=True)
     assert result.returncode == 1 and result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
     assert f"key 'rows' = {10**30}: must be at most" in result.stderr
+
+
+def _aliases(levels: int) -> str:
+    """YAML of `levels` anchors, each a list of ten aliases of the one before: 10^(levels+1) values expanded,
+    in a few hundred bytes (a "billion laughs")."""
+    items = ['&a0 ["x", "x", "x", "x", "x", "x", "x", "x", "x", "x"]']
+    items += [f"&a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, levels + 1)]
+    return "[" + ", ".join(items) + "]"
+
+
+def _with_lines(tmp_path, **lines: str):
+    """The tiny config with top-level keys given as YAML text of their own, first and in that order (so that
+    their anchors come before the aliases to them)."""
+    import io
+
+    from ruamel.yaml import YAML
+
+    yaml = YAML(typ="safe", pure=True)
+    raw = yaml.load(write_config(tmp_path / "base.yaml").read_text())
+    rest = io.StringIO()
+    yaml.dump({key: value for key, value in raw.items() if key not in lines}, rest)
+    path = tmp_path / "c.yaml"
+    path.write_text("".join(f"{key}: {value}\n" for key, value in lines.items()) + rest.getvalue())
+    return path
+
+
+def _make_cli(path, out, *options, timeout=60):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "databuild", "make", str(path), "--out", str(out), *options],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_aliases_that_expand_past_the_limit_are_one_line(tmp_path):
+    # Nine levels quoted in a message took hours (still running after 120 s); now refused at load, in one line.
+    from databuild.config.load import MOST_CONFIG_NODES
+
+    path = _with_lines(tmp_path, description="free text", template_kwargs=f"{{a: {_aliases(9)}}}", seed="*a9")
+    result = _make_cli(path, tmp_path / "o", timeout=30)
+    assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr[:300]
+    assert f"its aliases (*name) expand to more than {MOST_CONFIG_NODES:,} values" in result.stderr
+
+
+def test_aliases_within_the_limit_load(tmp_path):
+    path = _with_lines(tmp_path, template_kwargs="{current_date: '2026-10-01', a: &e xhigh, b: *e}")
+    assert load_config(path).template_kwargs_dict == {"current_date": "2026-10-01", "a": "xhigh", "b": "xhigh"}
+
+
+def test_a_quoted_value_is_cut_to_a_fixed_length(tmp_path):
+    # Six levels (10^6 values; at 3, under the node limit) gave a 4.3 MB line: a message quotes at most
+    # QUOTED_CHARACTERS of a value.
+    from databuild.errors import QUOTED_CHARACTERS
+
+    path = _with_lines(tmp_path, seed=_aliases(3))
+    with pytest.raises(BuildError) as error:
+        load_config(path)
+    assert "key 'seed' = [['x', 'x'" in str(error.value) and "...: expected int" in str(error.value)
+    assert len(str(error.value)) < len(str(path)) + QUOTED_CHARACTERS + 100
+    long_name = write_config(tmp_path / "n.yaml", name="x" * 10**6 + "/")
+    with pytest.raises(BuildError, match=r"key 'name' = 'x+'\.\.\. \(1,000,001 characters\): use letters") as error:
+        load_config(long_name)
+    assert len(str(error.value)) < 500
+
+
+def test_deep_nesting_is_one_line(tmp_path):
+    # 100,000 levels of [ were a RecursionError in the YAML parser; 100 levels load as a value nothing reads.
+    from databuild.config.load import MOST_CONFIG_DEPTH
+
+    for depth in (MOST_CONFIG_DEPTH + 2, 100_000):
+        path = _with_lines(tmp_path, description="[" * depth + "]" * depth)
+        with pytest.raises(BuildError, match=f"nested deeper than {MOST_CONFIG_DEPTH} levels"):
+            load_config(path)
+
+
+def test_description_must_be_text(tmp_path):
+    for bad in ([1, 2], {"a": 1}, 3):
+        with pytest.raises(BuildError, match="key 'description' = .*: expected str"):
+            load_config(write_config(tmp_path / "c.yaml", description=bad))
+    assert load_config(write_config(tmp_path / "c.yaml", description="text")).name

@@ -6,12 +6,12 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..errors import BuildError
+from ..errors import BuildError, quoted
 from .schema import COMMIT_RE
 
 
 def _fail(where: str, key: str, value: Any, why: str) -> BuildError:
-    return BuildError(f"{where}: key '{key}' = {value!r}: {why}")
+    return BuildError(f"{where}: key '{key}' = {quoted(value)}: {why}")
 
 
 def _take(raw: dict, key: str, kind: type | tuple, where: str, default: Any = ...) -> Any:
@@ -39,6 +39,6 @@ def _local_dir(raw: dict, where: str, base: Path) -> Path | None:
 
 
 def _reject_unknown(raw: dict, known: set[str], where: str) -> None:
-    unknown = sorted(set(raw) - known)
+    unknown = sorted(set(raw) - known, key=str)  # a YAML key may be a number
     if unknown:
-        raise BuildError(f"{where}: unknown key '{unknown[0]}' (known: {', '.join(sorted(known))})")
+        raise BuildError(f"{where}: unknown key {quoted(unknown[0])} (known: {', '.join(sorted(known))})")

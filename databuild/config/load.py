@@ -34,6 +34,39 @@ TOP_KEYS = {"name", "description", "source", "sources", "tokenizer", "template_k
 BOUNDS = {"row_tokens": 2**31 - 1, "rows": 2**63 - 1, "seed": 2**63 - 1}
 
 
+# A config is a few hundred nodes (a mixture's pins, a few thousand). YAML's aliases let a few hundred bytes
+# stand for billions of them (nine levels of ten aliases each: 10^9), which anything that walks the value
+# (a message quoting it, the manifest) would then take hours over; nesting past Python's stack is a
+# RecursionError in the parser. Both are refused at load, in one line.
+MOST_CONFIG_NODES = 100_000
+MOST_CONFIG_DEPTH = 64
+
+
+def _check_size(value: Any, where: str) -> None:
+    """Refuses a config whose value, aliases expanded, holds more than MOST_CONFIG_NODES nodes or nests deeper
+    than MOST_CONFIG_DEPTH: counted over the loaded value once per distinct node (an alias is the same
+    object again), so the count costs what the text does, not what it expands to."""
+    sizes: dict[int, int] = {}
+
+    def size(node: Any, depth: int) -> int:
+        if not isinstance(node, (dict, list)):
+            return 1
+        if depth > MOST_CONFIG_DEPTH:
+            raise BuildError(f"{where}: nested deeper than {MOST_CONFIG_DEPTH} levels")
+        if id(node) not in sizes:
+            children = [*node.keys(), *node.values()] if isinstance(node, dict) else node
+            total = 1
+            for child in children:
+                total += size(child, depth + 1)
+                if total > MOST_CONFIG_NODES:
+                    raise BuildError(f"{where}: its aliases (*name) expand to more than {MOST_CONFIG_NODES:,} "
+                                     "values; a config is a few hundred: write the values out, or alias fewer")
+            sizes[id(node)] = total
+        return sizes[id(node)]
+
+    size(value, 0)
+
+
 def _end_of_turn(raw: dict, where: str) -> tuple[str, ...]:
     value = raw.get("end_of_turn", [])
     tokens = [value] if isinstance(value, str) else value
@@ -90,9 +123,13 @@ def load_config(path: str | os.PathLike) -> BuildConfig:
         raw = YAML(typ="safe", pure=True).load(path.read_text(encoding="utf-8"))
     except (OSError, YAMLError, UnicodeDecodeError) as exc:
         raise BuildError(f"{where}: cannot read config: {exc}") from None
+    except RecursionError:
+        raise BuildError(f"{where}: cannot read config: nested deeper than {MOST_CONFIG_DEPTH} levels") from None
+    _check_size(raw, where)
     if not isinstance(raw, dict):
         raise BuildError(f"{where}: expected a mapping at the top level")
     _reject_unknown(raw, TOP_KEYS, where)
+    _take(raw, "description", str, where, None)  # free text for people, in no manifest: but text
     base = path.parent
     kwargs = _take(raw, "template_kwargs", dict, where, {})
     if isinstance(kwargs.get("current_date"), dt.date):  # YAML reads an unquoted 2026-10-01 as a date

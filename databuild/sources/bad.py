@@ -13,7 +13,7 @@ import bisect
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, NamedTuple
 
-from ..errors import BuildError
+from ..errors import BuildError, quoted
 
 if TYPE_CHECKING:
     from ..encode.encoder import TokenizedConversation
@@ -65,9 +65,7 @@ class BadConversation:
 
 def shown_id(conversation_id: str, limit: int = 60) -> str:
     """An id as a message quotes it: whole when short, else its start and its length (an id may be any size)."""
-    if len(conversation_id) <= limit:
-        return repr(conversation_id)
-    return f"{conversation_id[:limit]!r}... ({len(conversation_id):,} characters)"
+    return quoted(conversation_id, limit)
 
 
 def bad_conversation(files: list[SourceFile], index: int, id: str, problem: Problem) -> BadConversation:
