@@ -11,11 +11,26 @@
 Every failure is a BuildError whose message is the CLI's one line.
 """
 
-# `verify` and `export` are also the names of a module and a package of databuild. Importing a
-# submodule for the first time binds its name on the package, so both are imported here, before the
-# functions take their names; later imports find them loaded and leave the functions in place.
-from . import export as _export_package, verify as _verify_module  # noqa: F401
+import sys
+import types
+
 from .api import diff, export, load, make, verify
 from .errors import BuildError
 
 __all__ = ["BuildError", "diff", "export", "load", "make", "verify"]
+
+
+class _Package(types.ModuleType):
+    """`verify` and `export` are also the names of a module and a package of databuild, and importing a
+    submodule binds its name on the package (importlib). The API's functions keep those names: the
+    binding is refused here. The package imports only what the API's own module imports (the standard
+    library), each function its stage when called, so that code run inside a trainer
+    (databuild.integrations.miles) needs none of databuild's dependencies."""
+
+    def __setattr__(self, name: str, value) -> None:
+        if name in ("verify", "export") and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 from argparse import Namespace
 from pathlib import Path
 
@@ -181,6 +183,56 @@ def test_padding_is_dropped_as_each_trainer_expects(tiny_build, tmp_path, fmt):
     else:
         metadata = json.loads(result.path.with_name("out.metadata.jsonl").read_text())
         assert metadata[0]["min_packed_seqlen"] == cut - len(exported[1]["seq_start_id"])
+
+
+# A trainer's process, holding numpy and pyarrow but none of databuild's other dependencies: any import
+# outside the standard library, numpy, pyarrow and databuild fails there, as it would on that machine.
+TRAINER_PROCESS = """
+import importlib.abc, json, sys
+from argparse import Namespace
+
+class Absent(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        top = name.partition(".")[0]
+        if top not in sys.stdlib_module_names and top not in ("numpy", "pyarrow", "databuild", "trainer_readers"):
+            raise ImportError(f"{name} is not installed in the trainer's environment")
+
+sys.meta_path.insert(0, Absent())
+sys.path.insert(0, sys.argv[2])
+import trainer_readers as readers
+from databuild.integrations import miles
+
+source = readers.SlimeDataSource(readers.SlimeDataset(sys.argv[1]))
+groups = miles.generate_rollout_per_segment(Namespace(rollout_batch_size=4, rollout_global_dataset=True), 0, source)
+print(json.dumps({"samples": [[s.tokens, s.response_length, s.loss_mask] for g in groups for s in g],
+                  "databuild": sorted(m for m in sys.modules if m.startswith("databuild"))}))
+"""
+
+
+def test_the_miles_rollout_runs_without_databuilds_dependencies(exports):
+    """The rollout runs inside the trainer's environment: importing it pulls in the package's
+    __init__, which must need nothing there but the standard library (numpy and pyarrow allowed)."""
+    path = exports["miles"].path
+    ran = subprocess.run([sys.executable, "-c", TRAINER_PROCESS, str(path), str(REPO / "tests")],
+                         capture_output=True, text=True)
+    assert ran.returncode == 0, ran.stderr
+    result = json.loads(ran.stdout)
+    assert result["databuild"] == ["databuild", "databuild.api", "databuild.errors", "databuild.integrations",
+                                   "databuild.integrations.miles"]
+    source = readers.SlimeDataSource(readers.SlimeDataset(path))  # the same rollout, in this process
+    groups = rollout.generate_rollout_per_segment(Namespace(rollout_batch_size=4, rollout_global_dataset=True), 0,
+                                                  source)
+    assert result["samples"] == [[s.tokens, s.response_length, s.loss_mask] for g in groups for s in g]
+    assert len(result["samples"]) > 4  # several segments a row
+
+
+def test_the_api_names_stay_functions_when_their_modules_load():
+    """databuild.verify and databuild.export are the API's functions, though modules of those names
+    load later (the package imports neither up front)."""
+    ran = subprocess.run([sys.executable, "-c", "import databuild, databuild.verify, databuild.export.hf, inspect; "
+                          "print(inspect.isfunction(databuild.verify), inspect.isfunction(databuild.export))"],
+                         capture_output=True, text=True)
+    assert ran.stdout.split() == ["True", "True"], ran.stderr
 
 
 def test_same_input_same_bytes(tiny_build, exports, tmp_path):
