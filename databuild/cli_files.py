@@ -131,16 +131,19 @@ def export_command(parquet, to, out):
       databuild export build/NAME.parquet --to hf -o hf/NAME.parquet
       databuild verify hf/NAME.parquet --from build/NAME.parquet
     """
-    from .export import export
+    from .export import export, make_format
 
     result = export(parquet, to, out)
-    counts = result.data["counts"]
-    lost = ", ".join(f"{n} {kind}" for kind, n in counts["unrepresentable"].items()) or "none"
+    counts, layout = result.data["counts"], make_format(to)
+    lost = counts["unrepresentable"]
     click.echo(f"{result.path}\n"
                f"  format                 {to}\n"
                f"  rows                   {result.data['output']['rows']}\n"
-               f"  targets it cannot hold {lost} (of {result.data['source']['targets']})\n"
-               f"  padding dropped        {counts['padding_tokens_dropped']} tokens\n"
+               f"  targets                {result.data['source']['targets']} in {parquet.name}; "
+               + ("the trainer trains every one" if not any(lost.values()) else
+                  "of them the trainer cannot train (counts.unrepresentable in the manifest):")
+               + "".join(f"\n    {n} {kind}: {layout.why[kind]}" for kind, n in lost.items())
+               + f"\n  padding dropped        {counts['padding_tokens_dropped']} tokens: {layout.padding_why}\n"
                f"  sha256                 {result.data['output']['sha256']}\n"
                f"  manifest               {result.manifest}")
     for name in [sidecar["file"] for sidecar in result.data["sidecars"]] + result.data["trainer_config"]:

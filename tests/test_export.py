@@ -317,6 +317,25 @@ def test_export_of_a_corrupt_file_is_refused_and_writes_nothing(tiny_build, tmp_
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_export_explains_each_count_it_prints(tiny_build, tmp_path, fmt):
+    result = CliRunner().invoke(main, ["export", str(tiny_build.parquet), "--to", fmt, "-o", str(tmp_path / "o.parquet")])
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((tmp_path / "o.manifest.json").read_text())
+    counts = manifest["counts"]
+    lost = {kind: n for kind, n in counts["unrepresentable"].items() if n}
+    assert lost  # the tiny build has targets at row starts: the explanations are printed, not skipped
+    lines = result.output.splitlines()
+    assert f"  targets                {manifest['source']['targets']} in {tiny_build.parquet.name}; of them the trainer cannot train" in lines[3]
+    explained = {line.split(":")[0].split()[1]: line for line in lines[4:4 + len(lost)]}
+    assert explained.keys() == lost.keys()
+    for kind, n in lost.items():
+        assert explained[kind].startswith(f"    {n} {kind}: ") and "first token" in explained[kind]
+    padding = lines[4 + len(lost)]
+    assert padding.startswith(f"  padding dropped        {counts['padding_tokens_dropped']} tokens: ")
+    assert ("keeps each row whole" if fmt == "miles" else "padding segment that ends a padded row") in padding
+
+
 def test_export_help_shows_examples():
     result = CliRunner().invoke(main, ["export", "--help"])
     assert result.exit_code == 0 and "Examples:" in result.output and "--to hf" in result.output

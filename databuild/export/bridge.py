@@ -63,6 +63,7 @@ class BridgeFormat(Format):
     schema = SCHEMA
     convention = ("Megatron-Bridge stored convention: loss_mask[j] = 1 means ids[j+1] is a target "
                   "(rolled left by one within each segment; 0 on a segment's last token)")
+    why = {"target_at_segment_start": "a target on a segment's first token: the trainer runs each segment as a sequence of its own, so no position of it comes before that token to predict it (its cu_seqlens)"}
 
     def __init__(self) -> None:
         super().__init__()

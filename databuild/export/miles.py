@@ -47,6 +47,12 @@ class MilesFormat(Format):
     schema = SCHEMA
     convention = ("slime Dataset rows: metadata = the native row (token-aligned loss_mask); the rollout "
                   f"{ROLLOUT} makes Samples with a response-only loss_mask")
+    why = {"target_at_row_start": "with generate_rollout (one Sample per row, the default): a target on a row's "
+                                  "first token, which a Sample's first position has nothing before it to predict",
+           "target_at_segment_start": "with generate_rollout_per_segment (one Sample per segment) instead: a target "
+                                      "on a segment's first token, for the same reason; only the rollout you pick "
+                                      "loses its count"}
+    padding_why = "the file keeps each row whole; the rollout leaves a row's padding segment out of its Sample"
 
     def convert(self, block: RowBlock) -> pa.Table:
         self.count("target_at_row_start", block.targets_at_row_starts())

@@ -36,6 +36,11 @@ class Format:
     name: str
     schema: pa.Schema
     convention: str
+    # What each count means, in the words `export` prints beside it: why a kind of target cannot be
+    # trained in this layout, and what the padding count is.
+    why: dict[str, str] = {}
+    padding_why = ("the tokens of the padding segment that ends a padded row (conversation id \"\"), left out of "
+                   "OUT: the trainer packs without padding")
 
     def __init__(self) -> None:
         self.unrepresentable: Counter[str] = Counter()
