@@ -58,7 +58,7 @@ def main(argv=None) -> None:
         from databuild.inputs.resolve import resolve_inputs
         from databuild.pack.policy import POLICIES, pack, packing_for
         from databuild.pack.rows import PackStats
-        from databuild.sources.mixture import stream_positions
+        from databuild.sources.mixture import placement
         from databuild.encode.render import Renderer, load_tokenizer
         from databuild.sources.spill import Spill
         from databuild.rowfile.write import write_rows
@@ -72,7 +72,7 @@ def main(argv=None) -> None:
                                                             config.chat_template_name),
                           config.loss_mask, config.end_of_turn, config.history)
     files = list(inputs.source_files)
-    positions = stream_positions(*inputs.selections, sum(f.rows for f in files), config.seed)
+    positions = placement(*inputs.selections, config.seed)
     spill_dir = tempfile.TemporaryDirectory(prefix="databuild-stages-")
     spill = Spill(files, positions, args.window or DEFAULT_WINDOW, Path(spill_dir.name))
     with stage("spill, whole source (format adapter, check, bucket, write IPC)"):

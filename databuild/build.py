@@ -39,7 +39,7 @@ from .publish.manifest_read import read_manifest
 from .pack.bfd import OverlongConversation
 from .pack.policy import Packing, pack, packing_for
 from .pack.rows import PackStats
-from .sources.mixture import stream_positions
+from .sources.mixture import placement
 from .encode.render import Renderer, load_tokenizer
 from .sources.bad import (OVERLONG, SKIPPED_KINDS, BadConversation, Problem, bad_conversation, buildable, marked,
                           on_bad_conversation, refusal, template_wide)
@@ -148,13 +148,13 @@ def prepare(config: BuildConfig, offline: bool = False, window: int = DEFAULT_WI
     (`spill_prefix` overrides it). Nothing is rendered before this."""
     pinned = pinned or pin(config, offline)
     inputs = pinned.inputs
-    positions = stream_positions(*inputs.selections, sum(f.rows for f in inputs.source_files), config.seed)
+    placed = placement(*inputs.selections, config.seed)
     spill_dir = spill_folder()
     try:
-        spill = Spill(inputs.source_files, positions, window, Path(spill_dir.name))
+        spill = Spill(inputs.source_files, placed, window, Path(spill_dir.name))
         if spill_prefix is None:
-            spill_prefix = (len(positions) if config.rows is None else  # rows: all reads the whole stream
-                            expected_prefix(inputs.source_files, positions, config.rows * config.row_tokens))
+            spill_prefix = (placed.size if config.rows is None else  # rows: all reads the whole stream
+                            expected_prefix(inputs.source_files, placed, config.rows * config.row_tokens))
         found = on_bad_conversation(config.on_bad_conversation, spill.check_and_spill(spill_prefix))
         malformed = {bad.index: bad for bad in found}
     except BaseException:

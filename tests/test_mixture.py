@@ -179,7 +179,7 @@ def test_take_nests_and_every_row_is_the_identity():
 
 
 @pytest.mark.parametrize("take, message", [
-    (301, "key 'take' = 301: the source has 300 rows; a take cannot repeat rows (list the source twice"),
+    (2**32 + 1, "key 'take' = 4294967297: selects 4,294,967,297 rows of the source's 300, more than the"),
     (0.001, "key 'take' = 0.001: selects no row of the source's 300"),
 ])
 def test_a_take_the_source_cannot_give_is_named(tmp_path, take, message):
@@ -279,7 +279,9 @@ def test_schema_of_another_format_is_named(tmp_path):
     ({"sources": [{"repo": "a", "revision": COMMIT, "format": {"messages": "turns", "speaker": "x"}}]},
      "sources[0]: format: unknown key 'speaker'"),
     ({"sources": [{"repo": "a", "revision": COMMIT, "take": 0}]}, "sources[0]: key 'take' = 0: a count of rows"),
-    ({"sources": [{"repo": "a", "revision": COMMIT, "take": 1.5}]}, "key 'take' = 1.5: a fraction is a float in (0, 1]"),
+    ({"sources": [{"repo": "a", "revision": COMMIT, "take": -1.5}]}, "key 'take' = -1.5: a fraction is a positive float"),
+    ({"sources": [{"repo": "a", "revision": COMMIT, "take": float("inf")}]}, "key 'take' = inf: a fraction is a "
+                                                                             "positive float"),
     ({"sources": [{"repo": "a", "revision": COMMIT, "take": "10%"}]}, "key 'take' = '10%': expected int/float"),
     ({"sources": [{"repo": "a", "revision": COMMIT}, {"repo": "b", "revision": "main"}]},
      "sources[1]: key 'revision' = 'main'"),

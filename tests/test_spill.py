@@ -13,6 +13,7 @@ from conftest import SOURCE_DIR
 from databuild.build import prepare
 from databuild.sources.formats import FORMATS
 from databuild.sources.reader import source_files
+from databuild.sources.mixture import Placement
 from databuild.sources.spill import Spill, expected_prefix
 
 
@@ -40,7 +41,7 @@ def source_rows(files):
 ])
 def test_stream_is_the_permutation_whatever_the_passes(files, source_rows, tmp_path, window, prefix, passes):
     order = np.random.default_rng(42).permutation(len(source_rows))  # data/README.md, "Permutation"
-    spill = Spill(files, np.argsort(order), window, tmp_path)  # each row's stream position
+    spill = Spill(files, Placement.one_each(np.argsort(order)), window, tmp_path)  # each row's stream position
     assert spill.check_and_spill(prefix) == []
     stream = list(spill.conversations())
     assert [c.index for c in stream] == order.tolist()
@@ -52,7 +53,7 @@ def test_stream_is_the_permutation_whatever_the_passes(files, source_rows, tmp_p
 
 
 def test_first_pass_spills_only_the_prefix(files, tmp_path):
-    spill = Spill(files, np.argsort(np.random.default_rng(42).permutation(300)), 10, tmp_path)
+    spill = Spill(files, Placement.one_each(np.argsort(np.random.default_rng(42).permutation(300))), 10, tmp_path)
     spill.check_and_spill(25)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bucket-000000.arrow", "bucket-000001.arrow",
                                                           "bucket-000002.arrow"]
@@ -73,12 +74,12 @@ def test_expected_prefix(files):
     assert 250_000 < message_bytes < 1_000_000  # the fixture's ~300 conversations of a few hundred words
     every = np.arange(300)
     # ceil(n * tokens * 8 / B) positions: room for 8 bytes of message per token
-    assert expected_prefix(files, every, 1000) == math.ceil(300 * 1000 * 8 / message_bytes)
-    assert expected_prefix(files, every, 10**9) == 300
+    assert expected_prefix(files, Placement.one_each(every), 1000) == math.ceil(300 * 1000 * 8 / message_bytes)
+    assert expected_prefix(files, Placement.one_each(every), 10**9) == 300
     # every other row taken (the files have 170 and 130 rows): 150 positions, each file's bytes halved
     half = np.where(every % 2 == 0, every // 2, -1)
     taken_bytes = per_file[0] * 85 // 170 + per_file[1] * 65 // 130
-    assert expected_prefix(files, half, 1000) == math.ceil(150 * 1000 * 8 / taken_bytes)
+    assert expected_prefix(files, Placement.one_each(half), 1000) == math.ceil(150 * 1000 * 8 / taken_bytes)
 
 
 def test_the_tiny_build_needs_one_pass(tiny_config, tiny_build):
@@ -114,7 +115,7 @@ def test_the_pass_in_parts_on_threads_gives_the_same_stream_and_findings(small_g
     same bucket files), the stream and the malformed rows found are those of one thread, in order."""
     rows = sum(f.rows for f in small_groups)
     order = np.random.default_rng(7).permutation(rows)
-    spill = Spill(small_groups, np.argsort(order), 16, tmp_path, threads=threads)
+    spill = Spill(small_groups, Placement.one_each(np.argsort(order)), 16, tmp_path, threads=threads)
     found = spill.check_and_spill(rows)
     assert [(bad.index, bad.problem.reason) for bad in found] == [(100, "message 0: unknown role 'narrator' "
                                                                         "(expected one of system, developer, "
@@ -146,7 +147,7 @@ def test_batches_of_references_read_as_the_stream(small_groups, tmp_path, window
     from databuild.sources.bad import marked
 
     rows = sum(f.rows for f in small_groups)
-    spill = Spill(small_groups, np.argsort(np.random.default_rng(7).permutation(rows)), window, tmp_path)
+    spill = Spill(small_groups, Placement.one_each(np.argsort(np.random.default_rng(7).permutation(rows))), window, tmp_path)
     malformed = {bad.index: bad for bad in spill.check_and_spill(prefix)}
     batches = list(spill.batches(size, malformed))
     assert [len(b) for b in batches] == [size] * (rows // size) + ([rows % size] if rows % size else [])

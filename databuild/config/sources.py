@@ -43,9 +43,11 @@ def _source(raw: Any, key: str, where: str, base: Path) -> SourceSpec:
     _reject_unknown(raw, {"repo", "revision", "split", "dir", "take", "format", "sha256", "ignore_fields"}, where)
     take = _take(raw, "take", (int, float), where, None)
     if isinstance(take, bool) or isinstance(take, int) and take <= 0:
-        raise _fail(where, "take", take, "a count of rows (a positive int) or a fraction (a float in (0, 1])")
-    if isinstance(take, float) and not 0 < take <= 1:
-        raise _fail(where, "take", take, "a fraction is a float in (0, 1]; a count is an int")
+        raise _fail(where, "take", take, "a count of rows (a positive int) or a fraction (a positive float; above "
+                                          "1.0 upsamples)")
+    if isinstance(take, float) and not 0 < take < float("inf"):
+        raise _fail(where, "take", take, "a fraction is a positive float (2.5: every row twice, then a seeded half "
+                                         "once more); a count is an int")
     name, columns = _format(raw.get("format", "messages"), where)
     repo, revision, directory = _origin(raw, where, base)
     return SourceSpec(repo, revision, _take(raw, "split", str, where, "train"), directory, take, name, columns, key,

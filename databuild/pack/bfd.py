@@ -56,7 +56,7 @@ def _item(conversation: TokenizedConversation, packing: Packing,
         raise OverlongConversation(conversation, len(ids), packing.row_tokens)
     stats.overlong[OVERLONG_COUNTS[packing.overlong]] += 1
     if packing.overlong == "drop":
-        stats.overlong_dropped_rows.append(conversation.index)
+        stats.overlong_dropped_positions.append(conversation.position)
     return (ids[:packing.row_tokens], mask[:packing.row_tokens]) if packing.overlong == "truncate" else None
 
 
@@ -96,7 +96,7 @@ def _rows(window: list[tuple[TokenizedConversation, np.ndarray, np.ndarray]], pa
         mask = [p[2] for p in parts]
         conversation_ids = tuple(c.id for c, _, _ in parts)
         sources = tuple(c.source for c, _, _ in parts)
-        source_rows = tuple(c.index for c, _, _ in parts)
+        positions = tuple(c.position for c, _, _ in parts)
         starts = np.cumsum([0] + lengths[:-1])
         if used < row_tokens:
             ids.append(np.full(row_tokens - used, packing.pad_id, dtype=np.int32))
@@ -104,10 +104,10 @@ def _rows(window: list[tuple[TokenizedConversation, np.ndarray, np.ndarray]], pa
             starts = np.append(starts, used)
             conversation_ids += (PADDING_ID,)
             sources += (PADDING_ID,)
-            source_rows += (-1,)
+            positions += (-1,)
         row_mask = np.concatenate(mask)
         row = Row(np.concatenate(ids), row_mask, starts.astype(np.int32), conversation_ids, sources, False,
-                  source_rows)
+                  positions)
         if not row_mask.any():
             stats.count_skipped(row)
             continue

@@ -24,19 +24,19 @@ if TYPE_CHECKING:
 
 
 class _Segments:
-    """Segment starts (stream offsets) with their conversation's id, source and source row."""
+    """Segment starts (stream offsets) with their conversation's id, source and stream position."""
 
     def __init__(self):
         self.starts: list[int] = []
         self.ids: list[str] = []
         self.sources: list[str] = []
-        self.indices: list[int] = []  # source rows
+        self.positions: list[int] = []  # stream positions
 
     def add(self, start: int, conversation: TokenizedConversation) -> None:
         self.starts.append(start)
         self.ids.append(conversation.id)
         self.sources.append(conversation.source)
-        self.indices.append(conversation.index)
+        self.positions.append(conversation.position)
 
     def row(self, low: int, high: int) -> tuple[list[int], slice]:
         """Segments of stream range [low, high): the one covering low, then those starting inside."""
@@ -48,7 +48,7 @@ class _Segments:
     def drop_before(self, offset: int) -> None:
         """Forget segments that end before offset, rebasing the rest so offset becomes 0."""
         keep = max(int(np.searchsorted(self.starts, offset, side="right")) - 1, 0)
-        for name in ("ids", "sources", "indices"):
+        for name in ("ids", "sources", "positions"):
             setattr(self, name, getattr(self, name)[keep:])
         self.starts = [s - offset for s in self.starts[keep:]]
 
@@ -83,7 +83,7 @@ def pack_rows(conversations: Iterable[TokenizedConversation], packing: Packing, 
             starts, which = segments.row(low, low + row_tokens)
             row = Row(ids[low:low + row_tokens], row_mask, np.asarray(starts, dtype=np.int32),
                       tuple(segments.ids[which]), tuple(segments.sources[which]), segments.starts[which.start] < low,
-                      tuple(segments.indices[which]))
+                      tuple(segments.positions[which]))
             if not row_mask.any():
                 stats.count_skipped(row)
                 continue

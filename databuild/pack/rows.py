@@ -19,7 +19,7 @@ class Row:
     conversation_ids: tuple[str, ...]  # one per segment: whose tokens start at seq_start_id[k]; "" = padding
     sources: tuple[str, ...]  # the source of each segment's conversation ("" for padding)
     continues: bool  # its first segment's conversation began in an earlier row (kept or skipped)
-    source_rows: tuple[int, ...]  # each segment's conversation as its source row (Conversation.index); -1 padding
+    positions: tuple[int, ...]  # each segment's conversation by its stream position (Conversation.position); -1 padding
 
 
 @dataclass
@@ -40,37 +40,39 @@ class PackStats:
     expanded_samples: Counter = field(default_factory=Counter)  # by source: the samples they gave
     tokens_by_source: Counter = field(default_factory=Counter)  # tokens in kept rows, padding excluded
     continued_rows: list[int] = field(default_factory=list)  # kept rows whose Row.continues
-    # For the funnel (publish/funnel.py), by source row: the conversations left out as empty renders or
-    # dropped as overlong, and those with a token in a kept row, or in a row skipped without a target.
-    empty_render_rows: list[int] = field(default_factory=list)
-    overlong_dropped_rows: list[int] = field(default_factory=list)
-    in_kept_rows: set[int] = field(default_factory=set)
-    in_skipped_rows: set[int] = field(default_factory=set)
+    # For the funnel (publish/funnel.py), by stream position (one per conversation of the stream, each
+    # repeat of an upsampled row its own): the conversations left out as empty renders or dropped as
+    # overlong, and those with a token in a kept row, or in a row skipped without a target.
+    empty_render_positions: list[int] = field(default_factory=list)
+    overlong_dropped_positions: list[int] = field(default_factory=list)
+    in_kept_positions: set[int] = field(default_factory=set)
+    in_skipped_positions: set[int] = field(default_factory=set)
 
     @property
     def empty_renders(self) -> int:
         """Conversations the template rendered to no token: left out of the stream."""
-        return len(self.empty_render_rows)
+        return len(self.empty_render_positions)
 
     def count_skipped(self, row: Row) -> None:
         """Tally a row skipped for having no target."""
         self.rows_skipped_unsupervised += 1
-        self.in_skipped_rows.update(i for i in row.source_rows if i >= 0)
+        self.in_skipped_positions.update(p for p in row.positions if p >= 0)
 
     def count_kept(self, row: Row) -> None:
-        """Tally a kept row. A conversation counts once, by its source row, in the first kept row that
-        holds it: one spanning rows, or expanded into samples by the history policy, is one."""
+        """Tally a kept row. A conversation counts once, by its stream position, in the first kept row that
+        holds it: one spanning rows, or expanded into samples by the history policy, is one; each repeat of
+        an upsampled row is one of its own (its stream position)."""
         if row.continues:
             self.continued_rows.append(self.rows_kept)
         self.rows_kept += 1
         self.tokens_kept += len(row.input_ids)
         self.supervised_tokens_kept += int(row.loss_mask.sum(dtype=np.int64))
         lengths = np.diff(np.append(row.seq_start_id, len(row.input_ids)))
-        for source, conversation, length, index in zip(row.sources, row.conversation_ids, lengths, row.source_rows):
+        for source, conversation, length, position in zip(row.sources, row.conversation_ids, lengths, row.positions):
             if conversation == PADDING_ID:
                 self.padding_tokens += int(length)
                 continue
             self.tokens_by_source[source] += int(length)
-            if index not in self.in_kept_rows:
-                self.in_kept_rows.add(index)
+            if position not in self.in_kept_positions:
+                self.in_kept_positions.add(position)
                 self.conversations_by_source[source] += 1

@@ -1,13 +1,14 @@
 """The funnel: where every row of every source went, per source and in total (the manifest's
 `counts.funnel`, make's summary, `hash` and the report's first chart).
 
-Each source row ends in exactly one box: not taken (outside its `take`); not reached (taken, but
-the build had its rows before the stream got there); dropped, by kind (malformed, template_error,
+Each source row ends in exactly one box, and so does each repeat an upsampling `take` adds (a take
+above the source's rows): not taken (outside its `take`); not reached (taken, but the build had its
+rows before the stream got there); dropped, by kind (malformed, template_error,
 mask_error, and any kind the stream adds, then overlong and empty_render); or packed, and then
 in a kept row, only in rows dropped without a target, or not written (packed after the last row:
 the tail of concat's stream, the rest of bfd's last window). So, for each source and the total:
 
-    rows = not_taken + taken          taken = not_reached + read
+    rows = not_taken + taken          taken + repeats = not_reached + read
     read = sum(dropped) + packed      packed = in_kept_rows + in_rows_without_target + not_written
 """
 
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
     from .manifest import BuildRecord
 
 EMPTY_RENDER = "empty_render"
-BOXES = ("rows", "not_taken", "taken", "not_reached", "read", "packed", "in_kept_rows", "in_rows_without_target",
+BOXES = ("rows", "not_taken", "taken", "repeats", "not_reached", "read", "packed", "in_kept_rows", "in_rows_without_target",
          "not_written")  # the counts of an entry, besides `dropped` (by kind)
 
 
@@ -35,6 +36,16 @@ def _per_source(firsts: list[int], rows, sources: int) -> list[int]:
     return np.bincount(found, minlength=sources).tolist()
 
 
+def rows_at(record: BuildRecord, positions) -> np.ndarray:
+    """The source rows of the stream's conversations at `positions` (any order)."""
+    from ..sources.mixture import mixed_of_positions
+
+    if not len(positions):
+        return np.zeros(0, dtype=np.int64)
+    firsts, selections = record.inputs.selections
+    return mixed_of_positions(firsts, selections, record.config.seed, np.fromiter(positions, np.int64, len(positions)))
+
+
 def read_per_source(record: BuildRecord) -> list[int]:
     """How many of the stream positions the packer was handed each source holds: every conversation
     read, skipped or rendered to no token (in permutation order, the stream's first ones)."""
@@ -42,7 +53,7 @@ def read_per_source(record: BuildRecord) -> list[int]:
 
     stats = record.stats
     firsts, selections = record.inputs.selections
-    consumed = stats.conversations_read + len(record.skipped) + len(stats.empty_render_rows)
+    consumed = stats.conversations_read + len(record.skipped) + len(stats.empty_render_positions)
     return read_by_source(firsts, selections, record.config.seed, consumed)
 
 
@@ -56,17 +67,20 @@ def funnel(record: BuildRecord, read: list[int]) -> dict[str, Any]:
     dropped_rows = {kind: [b.index for b in skipped if b.kind == kind] for kind in kinds}
     # an expanded conversation some of whose samples were dropped as overlong is dropped only if none
     # of its samples reached a row (a conversation is in one box)
-    dropped_rows[OVERLONG] = set(stats.overlong_dropped_rows) - stats.in_kept_rows - stats.in_skipped_rows
-    dropped_rows[EMPTY_RENDER] = stats.empty_render_rows
+    dropped_rows[OVERLONG] = rows_at(record, set(stats.overlong_dropped_positions) - stats.in_kept_positions
+                                     - stats.in_skipped_positions)
+    dropped_rows[EMPTY_RENDER] = rows_at(record, stats.empty_render_positions)
     dropped = {kind: _per_source(firsts, rows, n) for kind, rows in dropped_rows.items()}
-    kept = _per_source(firsts, stats.in_kept_rows, n)
-    without_target = _per_source(firsts, stats.in_skipped_rows - stats.in_kept_rows, n)
+    kept = _per_source(firsts, rows_at(record, stats.in_kept_positions), n)
+    without_target = _per_source(firsts, rows_at(record, stats.in_skipped_positions - stats.in_kept_positions), n)
     sources = []
     for number, source in enumerate(inputs.sources):
         drops = {kind: dropped[kind][number] for kind in kinds}
         packed = read[number] - sum(drops.values())
-        sources.append({"source": source.spec.name, "rows": source.rows,
-                        "not_taken": source.rows - len(source.selected), "taken": len(source.selected), "not_reached": len(source.selected) - read[number],
+        distinct = len(np.unique(source.selected))
+        sources.append({"source": source.spec.name, "rows": source.rows, "not_taken": source.rows - distinct,
+                        "taken": distinct, "repeats": len(source.selected) - distinct,
+                        "not_reached": len(source.selected) - read[number],
                         "read": read[number], "dropped": drops, "packed": packed, "in_kept_rows": kept[number],
                         "in_rows_without_target": without_target[number],
                         "not_written": packed - kept[number] - without_target[number]})
@@ -89,7 +103,10 @@ def funnel_lines(found: dict[str, Any]) -> list[str]:
         return text
 
     lines = [line("rows in the sources", "rows"), line("not taken (take)", "not_taken"),
-             line("taken", "taken"), line("not reached (enough rows before)", "not_reached"),
+             line("taken", "taken")]
+    if total.get("repeats"):
+        lines.append(line("repeats added (take above 1)", "repeats"))
+    lines += [line("not reached (enough rows before)", "not_reached"),
              line("read by the stream", "read")]
     lines += [line(f"dropped: {kind.replace('_', ' ')}", kind, n) for kind, n in total["dropped"].items() if n]
     lines += [line("packed", "packed"), line("  in kept rows", "in_kept_rows"),

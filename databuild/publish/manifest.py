@@ -18,7 +18,7 @@ from ..pack.rows import NO_SUPERVISED_TOKEN
 from ..sources.bad import MALFORMED, SKIPPED_KINDS
 from ..utils.files import replace_durably
 from ..utils.versions import library_versions
-from .funnel import funnel, read_per_source
+from .funnel import funnel, read_per_source, rows_at
 
 if TYPE_CHECKING:
     from ..config import BuildConfig
@@ -170,7 +170,7 @@ def source_counts(record: BuildRecord, read: list[int]) -> list[dict[str, Any]]:
     inputs, stats, skipped, malformed = record.inputs, record.stats, record.skipped, record.malformed
     firsts, _ = inputs.selections
     skipped_of, malformed_of, empty_of = (source_of(firsts, rows).tolist() for rows in (
-        [b.index for b in skipped], [b.index for b in malformed], stats.empty_render_rows))
+        [b.index for b in skipped], [b.index for b in malformed], rows_at(record, stats.empty_render_positions)))
     counts = []
     for number, source in enumerate(inputs.sources):
         kinds = {kind: sum(1 for b, s in zip(skipped, skipped_of) if s == number and b.kind == kind)

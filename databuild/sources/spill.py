@@ -33,6 +33,7 @@ from tqdm import tqdm
 
 from ..errors import BuildError
 from ..sources.bad import BadConversation, marked
+from ..sources.mixture import Placement
 from ..utils.machine import available_cores
 from ..sources.reader import COLUMNS, RECORD_COUNTS, Conversation, SourceFile, check_batch, iter_batches, with_valid_utf8
 
@@ -42,12 +43,12 @@ PARTS_PER_THREAD = 4  # parts of the source per thread in a pass: small enough t
 BYTES_PER_TOKEN_BOUND = 8
 
 
-def expected_prefix(files: Iterable[SourceFile], positions: np.ndarray, tokens: int) -> int:
+def expected_prefix(files: Iterable[SourceFile], placement: Placement, tokens: int) -> int:
     """Stream positions the first pass spills for a build that needs `tokens` tokens (message bytes
-    of each file counted in the share of its rows that the stream holds)."""
-    size, message_bytes = int((positions >= 0).sum()), 0
+    of each file counted in the share of its rows that the stream holds, repeats included)."""
+    size, message_bytes = placement.size, 0
     for file in files:
-        taken = int((positions[file.first_index:file.first_index + file.rows] >= 0).sum())
+        taken = len(placement.within(file.first_index, file.rows)[0])
         message_bytes += file.message_bytes * taken // max(file.rows, 1)
     if message_bytes <= 0:
         return size
@@ -57,15 +58,15 @@ def expected_prefix(files: Iterable[SourceFile], positions: np.ndarray, tokens: 
 class Spill:
     """Bucket files of the stream under `directory`; positions [0, spilled) have been written.
 
-    `positions` gives each row of the files (numbered across them) its stream position, or -1 for a
-    row the stream does not hold (sources.mixture.stream_positions)."""
+    `placement` gives the rows of the files (numbered across them) the stream holds, each with its
+    stream position, a row repeated by an upsampling take once per position (sources.mixture.placement)."""
 
-    def __init__(self, files: Iterable[SourceFile], positions: np.ndarray, window: int, directory: Path,
+    def __init__(self, files: Iterable[SourceFile], placement: Placement, window: int, directory: Path,
                  threads: int | None = None):
         self.files, self.window, self.directory = list(files), window, Path(directory)
         self.threads = max(1, threads or available_cores())
-        self.positions_of = positions
-        self.size = int((positions >= 0).sum())
+        self.placement = placement
+        self.size = placement.size
         self.spilled = 0
         self.passes = 0
         # the first pass's RECORD_COUNTS of each file's rows that the stream holds, malformed ones left out
@@ -132,24 +133,25 @@ class Spill:
             for offset, batch, refused in iter_batches(file, groups):
                 if stopping.is_set():  # the pass failed or was stopped: its folder is about to go
                     break
-                positions = self.positions_of[offset:offset + batch.num_rows]
+                held, positions = self.placement.within(offset, batch.num_rows)
                 if check:
                     bad, per_row = check_batch(file, offset, batch, refused)
-                    found += [b for b in bad if positions[b.index - offset] >= 0]
-                    held = positions >= 0
-                    held[[b.index - offset for b in bad]] = False
-                    counts += per_row[held].sum(axis=0)
-                rows = np.flatnonzero((positions >= start) & (positions < stop))
+                    copies = np.bincount(held, minlength=batch.num_rows)  # of each row in the stream
+                    found += [b for b in bad if copies[b.index - offset]]
+                    copies[[b.index - offset for b in bad]] = 0
+                    counts += (per_row * copies[:, None]).sum(axis=0)
+                wanted = (positions >= start) & (positions < stop)
+                rows, positions = held[wanted], positions[wanted]
                 with lock:
                     bar.update(batch.num_rows)
                 if not len(rows):
                     continue
-                buckets = positions[rows] // self.window
+                buckets = positions // self.window
                 order = np.argsort(buckets, kind="stable")
-                rows, buckets = rows[order], buckets[order]
+                rows, positions, buckets = rows[order], positions[order], buckets[order]
                 taken = with_valid_utf8(batch.take(pa.array(rows)))  # malformed rows must still read back
                 grouped = pa.RecordBatch.from_arrays(
-                    [taken.column(c) for c in COLUMNS] + [pa.array(positions[rows]), pa.array(rows + offset)],
+                    [taken.column(c) for c in COLUMNS] + [pa.array(positions), pa.array(rows + offset)],
                     names=COLUMNS + ["position", "index"])
                 cuts = np.flatnonzero(np.diff(buckets)) + 1
                 for low, high in zip(np.concatenate([[0], cuts]), np.concatenate([cuts, [len(rows)]])):

@@ -140,8 +140,9 @@ def funnel_chart(found: dict) -> str:
         return label, value, f"{value:,}{split}"
 
     items = [item(label, total[key], [s[key] for s in sources]) for label, key in (
-        ("rows in the sources", "rows"), ("not taken", "not_taken"), ("not reached", "not_reached"),
-        ("read by the stream", "read"))]
+        ("rows in the sources", "rows"), ("not taken", "not_taken"),
+        *((("repeats added (take above 1)", "repeats"),) if total.get("repeats") else ()),
+        ("not reached", "not_reached"), ("read by the stream", "read"))]
     items += [item(f"dropped: {kind.replace('_', ' ')}", n, [s["dropped"][kind] for s in sources])
               for kind, n in total["dropped"].items() if n]
     items += [item(label, total[key], [s[key] for s in sources]) for label, key in (
