@@ -15,17 +15,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import dataclasses
+
 import numpy as np
 
 from .errors import BuildError
 from .publish.current import pinned
 from .publish.manifest_diff import Cause, Change, causes, changes
 from .publish.manifest_read import manifest_beside, read_manifest
-from .rowfile.row_digests import RowDigests, RowsDiff, compare_rows, digest_rows, from_hex
+from .rowfile.row_digests import RowDigests, RowsDiff, compare_rows, conversation_tokens, digest_rows, from_hex
 from .utils.files import file_sha256
 from .views.show import Row, open_parquet, read_rows
 
 ROWS, MANIFEST, CONFIG = "row file", "manifest", "config"
+CUT_CHECKED = 10_000  # changed conversations of other lengths read back to see whether only their cut moved
 
 
 @dataclass(frozen=True)
@@ -126,11 +129,35 @@ def diff(a: str | Path, b: str | Path) -> Diff:
     rows = compare_rows(one.digests, two.digests)
     first = same_bytes = None
     if one.parquet is not None and two.parquet is not None:
+        if rows.conversations is not None and rows.conversations.changed:
+            rows = dataclasses.replace(rows, conversations=dataclasses.replace(
+                rows.conversations, cut=cut_elsewhere(one, two, rows.conversations.changed)))
         if rows.first_content is not None:
             first = read_first_difference(one.parquet, two.parquet, rows.first_content, one.manifest, two.manifest)
         elif rows.same:
             same_bytes = file_sha256(one.parquet) == file_sha256(two.parquet)
     return Diff(one, two, found, named, rows, first, same_bytes)
+
+
+def cut_elsewhere(a: Side, b: Side, changed: tuple[str, ...]) -> tuple[str, ...]:
+    """Of the conversations in both row files with other tokens or targets, those that differ only in
+    where a row boundary cut them: one file holds a prefix or a suffix of the other's tokens, with the
+    same targets (the build's last row ends at another token; a row with no target, dropped, held
+    another part of it). Only conversations of different lengths are read back, the first CUT_CHECKED."""
+    length_a, length_b = a.digests.lengths, b.digests.lengths
+    candidates = [c for c in changed if length_a[c] != length_b[c]][:CUT_CHECKED]
+    if not candidates:
+        return ()
+    with ThreadPoolExecutor(2) as pool:
+        in_a, in_b = pool.map(lambda side: conversation_tokens(side.parquet, set(candidates)), (a, b))
+    cut = []
+    for conversation in candidates:
+        (ids, mask), (longer_ids, longer_mask) = sorted((in_a[conversation], in_b[conversation]), key=lambda p: len(p[0]))
+        for part in (slice(0, len(ids)), slice(len(longer_ids) - len(ids), None)):
+            if np.array_equal(ids, longer_ids[part]) and np.array_equal(mask, longer_mask[part]):
+                cut.append(conversation)
+                break
+    return tuple(cut)
 
 
 def read_first_difference(a: Path, b: Path, row: int, manifest_a: dict | None,

@@ -157,6 +157,8 @@ def test_a_changed_source_conversation_is_found_and_decoded(tiny_build, planted)
     assert "▶ surprising" in a and "▶ astonishing" in b  # the first differing token, in each file's words
     # only this conversation's tokens differ: the rest of the stream shifts by the length difference
     assert "conversations: " in output and " ids differ (" in output
+    cut = [line for line in output.splitlines() if "differ only where a row boundary cuts them" in line]
+    assert not any(CHANGED in line for line in cut)  # its own tokens changed: not a moved cut
 
 
 def test_a_library_version_in_the_manifest(tiny_build, copies):
@@ -294,6 +296,11 @@ def test_missing_rows_and_no_manifest(tiny_build, tmp_path):
     assert result.output.splitlines()[0] == \
         "differ: rows: 2 of 40 differ, in row count (no manifest for B: pins not compared)"
     assert "first differing row 38: A has more rows" in result.output
+    # the conversation that row 37 ends with goes on in row 38 in A: B holds its beginning only
+    last = pq.read_table(tiny_build.parquet).column("conversation_ids")[37].as_py()[-1]
+    assert "conversations: 1 of " in result.output and "(1 in both with other tokens or targets" in result.output
+    assert ("  of those in both, 1 differ only where a row boundary cuts them (one file holds a prefix or suffix of "
+            f"the other's tokens, same targets): {last}\n") in result.output
 
 
 def test_a_manifest_without_row_digests_compares_pins_not_zero_rows(tiny_build, tmp_path):

@@ -40,6 +40,7 @@ class RowDigests:
     masks: np.ndarray | None = None  # uint64 per row: sha256 of its loss_mask bytes
     segments: np.ndarray | None = None  # uint64 per row: sha256 of its segment_bytes
     conversations: dict[str, tuple[bytes, bytes]] | None = None  # id -> (tokens digest, targets digest)
+    lengths: dict[str, int] | None = None  # id -> its tokens in the file, over all its segments
     segments_sha256: str | None = None  # as the manifest's output.segments_sha256
 
 
@@ -47,6 +48,7 @@ def digest_rows(path: Path) -> RowDigests:
     parquet = open_row_file(path)
     rows, ids, masks, segments, first, boundaries = [], [], [], [], 0, hashlib.sha256()
     tokens: dict[str, hashlib._Hash] = {}
+    lengths: dict[str, int] = {}
     targets: dict[str, hashlib._Hash] = {}
     for group in range(parquet.num_row_groups):
         table = read_row_group(parquet, group, path)
@@ -73,8 +75,33 @@ def digest_rows(path: Path) -> RowDigests:
                 if conversation:  # "" is padding
                     tokens.setdefault(conversation, hashlib.sha256()).update(row_ids[4 * start:4 * end])
                     targets.setdefault(conversation, hashlib.sha256()).update(row_mask[start:end])
+                    lengths[conversation] = lengths.get(conversation, 0) + end - start
     return RowDigests(_u64(rows), _u64(ids), _u64(masks), _u64(segments),
-                      {c: (tokens[c].digest(), targets[c].digest()) for c in tokens}, boundaries.hexdigest())
+                      {c: (tokens[c].digest(), targets[c].digest()) for c in tokens}, lengths=lengths,
+                      segments_sha256=boundaries.hexdigest())
+
+
+def conversation_tokens(path: Path, wanted: set[str]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """(tokens, targets) of each conversation in `wanted`, over all its segments in file order; only
+    the row groups that hold one of them are read past their conversation ids."""
+    parquet = open_row_file(path)
+    pieces: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {c: [] for c in wanted}
+    for group in range(parquet.num_row_groups):
+        held = read_row_group(parquet, group, path, ["conversation_ids"]).column(0).to_pylist()
+        if not any(wanted.intersection(row) for row in held):
+            continue
+        table = read_row_group(parquet, group, path, ["input_ids", "loss_mask", "seq_start_id"])
+        id_values, lengths = _values(table.column("input_ids"))
+        mask_values, _ = _values(table.column("loss_mask"))
+        offsets = np.concatenate([[0], np.cumsum(lengths)])
+        for row, (starts, conversation_ids) in enumerate(zip(table.column("seq_start_id").to_pylist(), held)):
+            begin, width = int(offsets[row]), int(lengths[row])
+            for start, end, conversation in zip(starts, starts[1:] + [width], conversation_ids):
+                if conversation in wanted:
+                    pieces[conversation].append((id_values[begin + start:begin + end],
+                                                 mask_values[begin + start:begin + end]))
+    return {c: (np.concatenate([p[0] for p in found]), np.concatenate([p[1] for p in found]))
+            for c, found in pieces.items() if found}
 
 
 @dataclass(frozen=True)
@@ -118,6 +145,7 @@ class ConversationsDiff:
     changed: tuple[str, ...] = field(default=())  # in both, other tokens or targets, in A's order
     only_a: int = 0
     only_b: int = 0
+    cut: tuple[str, ...] | None = None  # of `changed`, those cut at another point (compare.cut_elsewhere); None: not looked at
 
     @property
     def differing(self) -> int:

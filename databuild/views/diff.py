@@ -22,6 +22,7 @@ from .show import Row, decode_spans, id_texts, printable, spans
 
 CAUSES_SHOWN = 4  # causes named on the first line
 CHANGES_SHOWN = 12  # lines of the made-from table, unless everything is asked for
+CUT_SHOWN = 3  # conversation ids named as cut elsewhere
 CONTEXT = 40  # tokens decoded on each side of the first differing token
 VALUE_WIDTH = 34
 POINTER = "▶"
@@ -120,6 +121,10 @@ def rows_section(result: Diff) -> list[str]:
         c = rows.conversations
         lines.append(f"conversations: {c.differing} of {c.total} ids differ ({len(c.changed)} in both with other "
                      f"tokens or targets, {c.only_a} in A only, {c.only_b} in B only)")
+        if c.cut:
+            shown = ", ".join(c.cut[:CUT_SHOWN]) + (", …" if len(c.cut) > CUT_SHOWN else "")
+            lines.append(f"  of those in both, {len(c.cut)} differ only where a row boundary cuts them (one file "
+                         f"holds a prefix or suffix of the other's tokens, same targets): {shown}")
     if rows.moved_count:
         examples = ", ".join(f"B row {b} is A row {a}" for b, a in rows.moved)
         lines.append(f"order: {rows.moved_count} row{'s' if rows.moved_count != 1 else ''} of B stand elsewhere "
