@@ -84,7 +84,8 @@ class Pinned:
 def pin(config: BuildConfig, offline: bool = False) -> Pinned:
     inputs = resolve_inputs(config, offline=offline)
     tokenizer = load_tokenizer(inputs.tokenizer_dir)
-    renderer = Renderer.for_tokenizer(tokenizer, config.template_kwargs_dict, config.chat_template_name)
+    renderer = Renderer.for_tokenizer(tokenizer, config.template_kwargs_dict, config.chat_template_name,
+                                      config.render_timeout)
     renderer.compile()
     encoder = Encoder(tokenizer, renderer, config.loss_mask, config.end_of_turn,
                       generation_stops(inputs.tokenizer_dir, tokenizer), config.history)

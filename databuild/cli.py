@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -99,9 +100,13 @@ def _overrides(config, dataset_dir, tokenizer_dir):
               help="Overwrite values the recipe already holds with this build's, e.g. when publishing a new version.")
 @click.option("--force", is_flag=True,
               help="Build even when the build in --out is up to date, and replace it.")
+@click.option("--render-timeout", type=click.FloatRange(min=0, max=10**9, min_open=True, max_open=True), default=None, metavar="SECONDS",
+              help="The most one render of the chat template may take, for a template that is slow but ends; "
+                   "past it the build stops. Default: the config's render_timeout, else 60. The rows do not "
+                   "depend on it.")
 @one_line_errors
 def make(name, out_dir, offline, dataset_dir, tokenizer_dir, workers, batch_size, executor, ray_address, recipe, repin,
-         force):
+         force, render_timeout):
     """Build the rows of config NAME (a config name or a path to a config YAML).
 
     A build already in --out whose manifest records this config's pins and settings, and whose file
@@ -116,12 +121,15 @@ def make(name, out_dir, offline, dataset_dir, tokenizer_dir, workers, batch_size
       databuild make configs/my-build-v2.yaml --recipe recipe.yaml --repin   # a new version
       databuild make NAME --dataset-dir ./tulu --tokenizer-dir ./tok   # air-gapped
       databuild make muse-spark-tiny-fixed512-v1 --force   # rebuild, even if up to date
+      databuild make configs/slow-template.yaml --render-timeout 600
     """
     from .build import make as run_make
     from .config import resolve_config
     from .pack.rows import NO_SUPERVISED_TOKEN
 
     config = _overrides(resolve_config(name), dataset_dir, tokenizer_dir)
+    if render_timeout is not None:
+        config = replace(config, render_timeout=render_timeout)
     result = run_make(config, out_dir, force=force, offline=offline, workers=workers, batch_size=batch_size,
                       executor=executor, ray_address=ray_address)
     s = result.data["output"]

@@ -13,7 +13,7 @@ from ruamel.yaml.error import YAMLError
 
 from ..errors import BuildError
 from .checks import _fail, _reject_unknown, _take
-from .schema import BAD_CONVERSATION_POLICIES, ROWS_ALL, BuildConfig
+from .schema import BAD_CONVERSATION_POLICIES, DEFAULT_RENDER_TIMEOUT, ROWS_ALL, BuildConfig
 from .sources import _sources, _tokenizer
 
 
@@ -28,7 +28,7 @@ def _check_date(where: str, value) -> None:
 
 TOP_KEYS = {"name", "description", "source", "sources", "tokenizer", "template_kwargs", "loss_mask", "seed",
             "row_tokens", "rows", "separator", "on_bad_conversation", "chat_template_name", "end_of_turn",
-            "packing", "packing_window", "overlong", "pad_token", "history"}
+            "packing", "packing_window", "overlong", "pad_token", "history", "render_timeout"}
 # What the machine can index: row offsets are int32 (seq_start_id), token counts int64, and seeds an
 # int64 for every reader of the manifest and the recipe.
 BOUNDS = {"row_tokens": 2**31 - 1, "rows": 2**63 - 1, "seed": 2**63 - 1}
@@ -65,6 +65,13 @@ def _check_size(value: Any, where: str) -> None:
         return sizes[id(node)]
 
     size(value, 0)
+
+
+def _render_timeout(value: Any, where: str) -> float:
+    """Seconds, a number in (0, 10^9) (make's --render-timeout takes the same)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 10**9:
+        raise _fail(where, "render_timeout", value, "expected a number of seconds above 0 (and below 10^9)")
+    return float(value)
 
 
 def _end_of_turn(raw: dict, where: str) -> tuple[str, ...]:
@@ -167,6 +174,7 @@ def load_config(path: str | os.PathLike) -> BuildConfig:
         chat_template_name=_take(raw, "chat_template_name", str, where, None),
         end_of_turn=_end_of_turn(raw, where),
         history=history,
+        render_timeout=_render_timeout(raw.get("render_timeout", DEFAULT_RENDER_TIMEOUT), where),
     )
     if not re.match(r"^[A-Za-z0-9._-]+$", config.name):
         raise _fail(where, "name", config.name, "use letters, digits, '.', '_' and '-' only")

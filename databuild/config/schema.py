@@ -16,6 +16,9 @@ from ..errors import BuildError
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 BAD_CONVERSATION_POLICIES = ("error", "skip")
+# A render of a normal template takes milliseconds; one that does not end in a minute will not end (nested loops
+# of range(100000): Jinja's sandbox bounds each range, not their product).
+DEFAULT_RENDER_TIMEOUT = 60.0
 ROWS_ALL = "all"  # `rows: all`: every row the sources give
 
 
@@ -79,6 +82,8 @@ class BuildConfig:
     chat_template_name: str | None = None  # one of the tokenizer's named templates; None: transformers' choice
     end_of_turn: tuple[str, ...] = ()  # special tokens closing an assistant turn, besides EOS
     history: str = "expand"  # a template that rewrites history: expand (one sample per turn) or refuse
+    # seconds a render may take (encode/render.py: time_limit); the rows do not depend on it, so no manifest holds it
+    render_timeout: float = field(default=DEFAULT_RENDER_TIMEOUT, compare=False)
 
     @property
     def rows_spelled(self) -> int | str:

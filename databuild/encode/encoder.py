@@ -19,7 +19,7 @@ from ..errors import BuildError
 from ..encode.inference import DEFAULT_HISTORY, HistoryRewritten, Sample, StopTokenInField, infer_samples, stop_pattern
 from ..encode.masks import check_final_answers_only, muse_spark_spans, spans_to_mask
 from ..encode.placement import MaskError, place_fields
-from ..encode.render import Renderer
+from ..encode.render import Renderer, RenderTimedOut
 from ..sources.bad import (HISTORY_REWRITTEN, MASK_ERROR, STOP_TOKEN_IN_FIELD, TEMPLATE_ERROR, Problem,
                            shown_id)
 from ..sources.reader import Conversation
@@ -115,6 +115,8 @@ class Encoder:
             raise
         except MACHINE_LIMITS as exc:
             raise _machine_limit(conversation, exc) from None
+        except RenderTimedOut:
+            raise self._timed_out(conversation) from None
         except Exception as exc:  # the template is code from the tokenizer repo; it may refuse a conversation
             return Problem(TEMPLATE_ERROR, f"the chat template raised {type(exc).__name__}: {exc}")
 
@@ -164,6 +166,14 @@ class Encoder:
             return Problem(_KINDS.get(type(exc), MASK_ERROR), str(exc), exc.fix)
         except MACHINE_LIMITS as exc:
             raise _machine_limit(conversation, exc) from None
+        except RenderTimedOut:
+            raise self._timed_out(conversation) from None
+
+    def _timed_out(self, conversation: Conversation) -> RenderTooLong:
+        return RenderTooLong(f"conversation {shown_id(conversation.id)} (source row {conversation.index}): a render of "
+                             f"it took longer than {self.renderer.timeout:g} s (render_timeout), which a render that "
+                             f"ends does not; if this template is only slow, raise render_timeout in the config or "
+                             f"--render-timeout; nothing was written")
 
     def _tokenized(self, conversation: Conversation, samples: list[Sample],
                    encodings: list) -> list[TokenizedConversation]:
@@ -216,6 +226,11 @@ class Encoder:
 # Where these strike depends on the thread's stack depth and the machine's memory, not on the
 # conversation alone: counting the conversation as bad would let the workers change the output.
 MACHINE_LIMITS = (RecursionError, MemoryError)
+
+
+class RenderTooLong(BuildError):
+    """A render ran past the config's render_timeout: a limit of the machine's time, like MACHINE_LIMITS; the
+    build stops (a conversation skipped for it would make the rows depend on the machine's speed)."""
 
 
 def _machine_limit(conversation: Conversation, exc: BaseException) -> BuildError:

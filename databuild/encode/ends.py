@@ -56,7 +56,15 @@ def probe_problem(encoder) -> tuple[str, str | None] | None:
 
     if encoder.loss_mask != "assistant" or all(encoder.renderer.tagged.values()):
         return None
-    out = encoder.encode_batch([Conversation(0, 0, "probe", "probe", PROBE)])[0]
+    from .encoder import RenderTooLong
+
+    try:
+        out = encoder.encode_batch([Conversation(0, 0, "probe", "probe", PROBE)])[0]
+    except RenderTooLong:
+        raise BuildError(f"the chat template's render of two plain user/assistant exchanges, made before the build "
+                         f"starts, took longer than {encoder.renderer.timeout:g} s (render_timeout), which a render "
+                         f"that ends does not; if the template is only slow, raise render_timeout in the config or "
+                         f"--render-timeout; nothing was written") from None
     if out.problem is None or out.problem.kind != MASK_ERROR:
         return None  # masked, or a template that wants more than this exchange: the conversations will tell
     text = encoder.renderer.render(PROBE)

@@ -15,10 +15,14 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import re
+import signal
+import threading
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from ..config.schema import DEFAULT_RENDER_TIMEOUT
 from ..errors import BuildError
 from . import transformers_private
 
@@ -91,16 +95,56 @@ def _compiled(chat_template: str, current_date: str | None):
     return environment.from_string(chat_template, globals={"strftime_now": pinned_strftime(current_date)})
 
 
+class RenderTimedOut(BaseException):
+    """A render ran past the time limit. A BaseException, as KeyboardInterrupt is: no `except Exception` of
+    the template's helpers or of the mask's code may take it for the conversation's own error."""
+
+
+_armed = False  # whether a SIGALRM now is a render's time running out (and not one that ended just before)
+
+
+def _time_is_up(signum, frame) -> None:
+    global _armed
+    if _armed:
+        _armed = False
+        raise RenderTimedOut()
+
+
+@contextmanager
+def time_limit(seconds: float | None):
+    """Raises RenderTimedOut in the code it wraps once `seconds` of wall-clock time have passed: a SIGALRM
+    whose handler raises between two bytecodes of the render, which is Python (Jinja compiles a template to
+    Python), and which holds no lock nor shared state that the exception could leave half-changed. Signals
+    reach only a process's main thread, where every executor renders (the build's process, each worker
+    process, each Ray actor); on another thread, and with `seconds` None, there is no limit. The handler stays
+    set once set, and does nothing outside a render."""
+    global _armed
+    if seconds is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    if signal.getsignal(signal.SIGALRM) is not _time_is_up:  # set once: setting it each render cost 17 us
+        signal.signal(signal.SIGALRM, _time_is_up)
+    _armed = True
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        _armed = False  # first: a SIGALRM handled after this point raises nothing
+        signal.setitimer(signal.ITIMER_REAL, 0)
+
+
 class Renderer:
     """Renders conversations to text; picklable by (templates, variables) for worker processes.
 
     `templates` are the tokenizer's by name. With `name` (the config's chat_template_name) every
     conversation renders with that one; without, transformers' choice: `tool_use` for a conversation
-    with tools when there is one, else `default`.
+    with tools when there is one, else `default`. Each render stops with RenderTimedOut after
+    `timeout` seconds (time_limit).
     """
 
     def __init__(self, templates: dict[str, str] | str, special_tokens: dict[str, Any],
-                 template_kwargs: dict[str, Any], name: str | None = None):
+                 template_kwargs: dict[str, Any], name: str | None = None,
+                 timeout: float | None = DEFAULT_RENDER_TIMEOUT):
         templates = {"default": templates} if isinstance(templates, str) else dict(templates)
         wanted = name or "default"
         if wanted not in templates:
@@ -110,13 +154,15 @@ class Renderer:
         self.templates = {n: templates[n] for n in used}
         self.tagged = {n: GENERATION_TAG.search(t) is not None for n, t in self.templates.items()}
         self.name = name
+        self.timeout = timeout
         self.variables = {**special_tokens, **template_kwargs, "add_generation_prompt": False, "documents": None}
         self.current_date = template_kwargs.get("current_date")
         self._prepared: dict[str, tuple] = {}  # name -> (template, globals and variables merged), per process
 
     @classmethod
-    def for_tokenizer(cls, tokenizer, template_kwargs: dict[str, Any], name: str | None = None) -> Renderer:
-        return cls(chat_templates(tokenizer), dict(tokenizer.special_tokens_map), template_kwargs, name)
+    def for_tokenizer(cls, tokenizer, template_kwargs: dict[str, Any], name: str | None = None,
+                      timeout: float | None = DEFAULT_RENDER_TIMEOUT) -> Renderer:
+        return cls(chat_templates(tokenizer), dict(tokenizer.special_tokens_map), template_kwargs, name, timeout)
 
     def template_name(self, tools) -> str:
         return self.name or ("tool_use" if tools is not None and "tool_use" in self.templates else "default")
@@ -164,14 +210,15 @@ class Renderer:
     def render(self, messages, tools=None, generation_prompt: bool = False, prepared: bool = False) -> str:
         """The training render; with `generation_prompt`, the inference render of `messages` as a prompt
         (apply_chat_template(add_generation_prompt=True)); `prepared`: messages and tools from prepare()."""
-        return "".join(self._blocks(messages, tools, generation_prompt, prepared)[1])
+        with time_limit(self.timeout):
+            return "".join(self._blocks(messages, tools, generation_prompt, prepared)[1])
 
     def render_tracked(self, messages, tools=None) -> tuple[str, list[tuple[int, int]]]:
         """The text and the character spans of its `{% generation %}` blocks, in the order they close:
         transformers' tracker, run as `apply_chat_template(return_assistant_tokens_mask=True)` runs it."""
         template, blocks = self._blocks(messages, tools)
         rendered, spans = [], []
-        with transformers_private.generation_tracker(template, rendered, spans):
+        with time_limit(self.timeout), transformers_private.generation_tracker(template, rendered, spans):
             for block in blocks:
                 rendered.append(block)
         return "".join(rendered), spans

@@ -1,0 +1,105 @@
+"""A chat template that never ends: each render has a time limit (render_timeout), and a render past it stops
+the build in one line naming the conversation, in the build's process and in worker processes alike, with
+nothing written and nothing skipped (a skip would make the rows depend on the machine's speed)."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import TINY_LOCK, TOKENIZER_DIR, write_config
+from databuild.errors import BuildError
+from test_build import OK_ROWS, write_source
+
+def run_cli(*args):
+    """The command line, stopped after two minutes: without the limit it ran for good."""
+    import os
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "databuild", *args], capture_output=True, text=True,
+                          env=dict(os.environ), timeout=120)
+
+
+# Nested ranges: Jinja's sandbox bounds each range to 100,000 items, not their product (10^10 iterations).
+FOREVER = "{%- for i in range(100000) -%}{%- for j in range(100000) -%}{%- endfor -%}{%- endfor -%}"
+
+
+def endless_tokenizer(tmp_path: Path, when: str = '"answer 1" in message.content', tagged: bool = True) -> dict:
+    """The fixture tokenizer whose template never ends on an assistant message where `when` holds (every one,
+    with "true"), as the config's `tokenizer` block; without its generation tags unless `tagged`."""
+    directory = tmp_path / "endless-tokenizer"
+    shutil.copytree(TOKENIZER_DIR, directory)
+    template = (TOKENIZER_DIR / "chat_template.jinja").read_text().replace(
+        '{{- "<|start|>assistant<|channel|>final<|message|>" -}}',
+        f'{{%- if {when} -%}}{FOREVER}{{%- endif -%}}{{{{- "<|start|>assistant<|channel|>final<|message|>" -}}}}')
+    assert template != (TOKENIZER_DIR / "chat_template.jinja").read_text()
+    if not tagged:
+        template = template.replace("{%- generation -%}", "").replace("{%- endgeneration -%}", "")
+    (directory / "chat_template.jinja").write_text(template)
+    pins = {name: hashlib.sha256((directory / name).read_bytes()).hexdigest()
+            for name in ("tokenizer.json", "chat_template.jinja")}
+    return {"dir": str(directory), "sha256": pins}
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_render_that_never_ends_stops_the_build_in_one_line(tmp_path, sixteen_cores, workers):
+    config = write_config(tmp_path / "c.yaml", source={"dir": str(write_source(tmp_path, OK_ROWS))},
+                          tokenizer=endless_tokenizer(tmp_path), rows=4, on_bad_conversation="skip")
+    out = tmp_path / "out"
+    result = run_cli("make", str(config), "--out", str(out), "--workers", workers, "--render-timeout", "1")
+    assert result.returncode == 1 and result.stderr.count("\n") == 1 and "Traceback" not in result.stderr, result.stderr
+    assert (r"error: conversation 'ok-1" in result.stderr and "(source row 1" in result.stderr
+            and "a render of it took longer than 1 s (render_timeout)" in result.stderr
+            and "raise render_timeout in the config or --render-timeout; nothing was written" in result.stderr)
+    assert [p.name for p in out.iterdir()] == [TINY_LOCK]  # skip does not apply: nothing written
+
+
+def test_the_limit_is_the_configs(tmp_path):
+    from databuild.build import make
+    from databuild.config import load_config
+
+    config = load_config(write_config(tmp_path / "c.yaml", source={"dir": str(write_source(tmp_path, OK_ROWS))},
+                                      tokenizer=endless_tokenizer(tmp_path), rows=4, render_timeout=0.5))
+    assert config.render_timeout == 0.5
+    with pytest.raises(BuildError, match=r"took longer than 0.5 s \(render_timeout\)"):
+        make(config, tmp_path / "out", progress=False)
+
+
+def test_the_pre_build_probe_is_limited_too(tmp_path):
+    # The `assistant` strategy renders two plain exchanges before the build (on a template without generation
+    # tags): a template that never ends hung there.
+    config = write_config(tmp_path / "c.yaml", tokenizer=endless_tokenizer(tmp_path, "true", tagged=False),
+                          loss_mask="assistant",
+                          render_timeout=1)
+    result = run_cli("make", str(config), "--out", str(tmp_path / "out"))
+    assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith("error: the chat template's render of two plain user/assistant exchanges, made "
+                                    "before the build starts, took longer than 1 s (render_timeout)")
+
+
+@pytest.mark.parametrize("value", [0, -1, "1", True, float("nan")])
+def test_a_bad_limit_is_refused(tmp_path, value):
+    from databuild.config import load_config
+
+    with pytest.raises(BuildError, match="key 'render_timeout' = .*: expected a number of seconds above 0"):
+        load_config(write_config(tmp_path / "c.yaml", render_timeout=value))
+
+
+def test_a_render_within_the_limit_is_not_disturbed(tokenizer):
+    """The timer is disarmed after each render, and a SIGALRM outside a render raises nothing."""
+    import os
+    import signal
+
+    from databuild.encode.render import Renderer
+
+    renderer = Renderer.for_tokenizer(tokenizer, {"current_date": "2026-10-01"}, timeout=0.05)
+    for _ in range(20):
+        renderer.render([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}])
+    time.sleep(0.1)  # past every timer that could still be set
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+    os.kill(os.getpid(), signal.SIGALRM)  # handled here, between two steps of this test: nothing raised
