@@ -39,9 +39,10 @@ from .publish.manifest_read import read_manifest
 from .pack.bfd import OverlongConversation
 from .pack.policy import Packing, pack, packing_for
 from .pack.rows import PackStats
+from .sources.dedup import find_duplicates
 from .sources.mixture import placement
 from .encode.render import Renderer, load_tokenizer
-from .sources.bad import (OVERLONG, SKIPPED_KINDS, BadConversation, Problem, bad_conversation, buildable, marked,
+from .sources.bad import (DUPLICATE, OVERLONG, SKIPPED_KINDS, BadConversation, Problem, bad_conversation, buildable, marked,
                           on_bad_conversation, refusal, template_wide)
 from .sources.reader import Conversation
 from .sources.spill import Spill, SpilledBatch, expected_prefix
@@ -99,6 +100,7 @@ def manifest_of(build: Pinned | Prepared, parquet_name: str, stats: PackStats | 
     """The manifest of `build`; without stats and hashes, the one it will write as far as it is known
     before its first row, whose pinned sections tell whether a build already there is up to date."""
     malformed = tuple(build.malformed.values()) if isinstance(build, Prepared) else ()
+    duplicates = tuple(build.duplicates.values()) if isinstance(build, Prepared) else ()
     record_counts = tuple(build.spill.counts_of(source.files) for source in build.inputs.sources) if isinstance(
         build, Prepared) else ()
     hasher, segments = hasher or RowsHasher(), segments or SegmentsHasher()
@@ -107,7 +109,8 @@ def manifest_of(build: Pinned | Prepared, parquet_name: str, stats: PackStats | 
         config=build.config, inputs=build.inputs, packing=build.packing, encoder_pins=encoder_pins(build.encoder),
         parquet_writer=writer, file_name=parquet_name, stats=stats or PackStats(), rows_sha256=hasher.hexdigest(),
         segments_sha256=segments.hexdigest(), row_digests=hasher.row_digests, skipped=tuple(skipped),
-        malformed=malformed, parquet_sha256=parquet[0], parquet_bytes=parquet[1], record_counts=record_counts))
+        malformed=malformed, parquet_sha256=parquet[0], parquet_bytes=parquet[1], record_counts=record_counts,
+        duplicates=duplicates))
 
 
 @dataclass
@@ -123,16 +126,22 @@ class Prepared:
     encoder: Encoder
     spill: Spill
     spill_dir: tempfile.TemporaryDirectory
+    duplicates: dict[int, BadConversation]  # dedup: exact's, by source row (sources/dedup.py); {} without
+
+    @property
+    def dropped_up_front(self) -> dict[int, BadConversation]:
+        """The conversations the first pass found unbuildable (malformed) or dropped (duplicates), by source row."""
+        return {**self.malformed, **self.duplicates}
 
     def conversations(self) -> Iterator[Conversation]:
-        """The stream in permutation order, malformed conversations marked."""
-        return marked(self.spill.conversations(), self.malformed)
+        """The stream in permutation order, malformed conversations and duplicates marked."""
+        return marked(self.spill.conversations(), self.dropped_up_front)
 
     def batches(self, size: int, by_reference: bool) -> Iterator[list[Conversation] | SpilledBatch]:
         """conversations() cut into batches of `size`: as references into the spill, read by whoever encodes
         them (`by_reference`: worker processes), else read here in bulk, the cheaper way for one reader."""
         if by_reference:
-            return self.spill.batches(size, self.malformed)
+            return self.spill.batches(size, self.dropped_up_front)
         return batches(self.conversations(), size)
 
     def __enter__(self) -> Prepared:
@@ -152,16 +161,17 @@ def prepare(config: BuildConfig, offline: bool = False, window: int = DEFAULT_WI
     placed = placement(*inputs.selections, config.seed)
     spill_dir = spill_folder()
     try:
-        spill = Spill(inputs.source_files, placed, window, Path(spill_dir.name))
+        spill = Spill(inputs.source_files, placed, window, Path(spill_dir.name), dedup=config.dedup == "exact")
         if spill_prefix is None:
             spill_prefix = (placed.size if config.rows is None else  # rows: all reads the whole stream
                             expected_prefix(inputs.source_files, placed, config.rows * config.row_tokens))
         found = on_bad_conversation(config.on_bad_conversation, spill.check_and_spill(spill_prefix))
         malformed = {bad.index: bad for bad in found}
+        duplicates = find_duplicates(spill.keys, list(inputs.source_files))
     except BaseException:
         spill_dir.cleanup()
         raise
-    return Prepared(config, inputs, pinned.packing, malformed, pinned.encoder, spill, spill_dir)
+    return Prepared(config, inputs, pinned.packing, malformed, pinned.encoder, spill, spill_dir, duplicates)
 
 
 def make(config: BuildConfig, out_dir: Path, *, force: bool = False, offline: bool = False, workers: int | None = None,
@@ -202,6 +212,7 @@ def ran_out(written: int, rows: int | None, stats: PackStats, skipped: list[BadC
         (dropped, "dropped as longer than a row (overlong: drop)"),
         (stats.empty_renders, "rendered to no token")) if n]
     fates += [f"{kinds[kind]} skipped as {kind}" for kind in SKIPPED_KINDS if kinds[kind]]
+    fates += [f"{kinds[DUPLICATE]} dropped as duplicates (dedup: exact)"] if kinds[DUPLICATE] else []
     total = stats.conversations_read + stats.empty_renders + len(skipped)
     wide = template_wide(skipped, written)
     if wide:

@@ -50,11 +50,11 @@ def test_the_production_verifier_accepts_it(tiny_build):
     assert report.failures == [] and report.exit_code == 0
 
 
-def independent_conversations(tokenizer, source_conversations, muse_spark=True):
+def independent_conversations(tokenizer, source_conversations, muse_spark=True, dropped=frozenset()):
     """(id, ids, mask) of each conversation in stream order, without databuild: numpy's permutation,
     transformers' own chat template tokenization and assistant mask (for muse_spark, minus the
-    closing token of empty answers)."""
-    order = np.random.default_rng(42).permutation(len(source_conversations))
+    closing token of empty answers); the conversations at the indices `dropped` left out where met."""
+    order = [i for i in np.random.default_rng(42).permutation(len(source_conversations)) if i not in dropped]
     header_end = tokenizer.convert_tokens_to_ids(HEADER_END)
     closings = set(tokenizer.convert_tokens_to_ids(list(CLOSINGS)))
     for index in order:
@@ -68,13 +68,13 @@ def independent_conversations(tokenizer, source_conversations, muse_spark=True):
         yield cid, conv_ids, conv_mask
 
 
-def independent_rows(tokenizer, source_conversations, row_tokens, rows_wanted, muse_spark=True):
+def independent_rows(tokenizer, source_conversations, row_tokens, rows_wanted, muse_spark=True, dropped=frozenset()):
     """The rows rebuilt without databuild: the conversations of independent_conversations, EOS
     between unless the render ends with it."""
     ids, mask, starts, owners = [], [], [], []
     kept, skipped, continued = [], 0, []
     for k, (cid, conv_ids, conv_mask) in enumerate(
-            independent_conversations(tokenizer, source_conversations, muse_spark)):
+            independent_conversations(tokenizer, source_conversations, muse_spark, dropped)):
         if k and ids[-1] != tokenizer.eos_token_id:
             ids.append(tokenizer.eos_token_id)
             mask.append(0)

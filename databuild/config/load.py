@@ -28,7 +28,7 @@ def _check_date(where: str, value) -> None:
 
 TOP_KEYS = {"name", "description", "source", "sources", "tokenizer", "template_kwargs", "loss_mask", "seed",
             "row_tokens", "rows", "separator", "on_bad_conversation", "chat_template_name", "end_of_turn",
-            "packing", "packing_window", "overlong", "pad_token", "history", "render_timeout"}
+            "packing", "packing_window", "overlong", "pad_token", "history", "render_timeout", "dedup"}
 # What the machine can index: row offsets are int32 (seq_start_id), token counts int64, and seeds an
 # int64 for every reader of the manifest and the recipe.
 BOUNDS = {"row_tokens": 2**31 - 1, "rows": 2**63 - 1, "seed": 2**63 - 1}
@@ -158,6 +158,11 @@ def load_config(path: str | os.PathLike) -> BuildConfig:
     history = _take(raw, "history", str, where, DEFAULT_HISTORY)
     if history not in HISTORY_POLICIES:
         raise _fail(where, "history", history, f"expected one of {', '.join(HISTORY_POLICIES)}")
+    from ..sources.dedup import DEDUP_POLICIES
+
+    dedup = _take(raw, "dedup", str, where, "none")
+    if dedup not in DEDUP_POLICIES:
+        raise _fail(where, "dedup", dedup, f"expected one of {', '.join(DEDUP_POLICIES)}")
     config = BuildConfig(
         name=_take(raw, "name", str, where),
         sources=_sources(raw, where, base),
@@ -175,6 +180,7 @@ def load_config(path: str | os.PathLike) -> BuildConfig:
         end_of_turn=_end_of_turn(raw, where),
         history=history,
         render_timeout=_render_timeout(raw.get("render_timeout", DEFAULT_RENDER_TIMEOUT), where),
+        dedup=dedup,
     )
     if not re.match(r"^[A-Za-z0-9._-]+$", config.name):
         raise _fail(where, "name", config.name, "use letters, digits, '.', '_' and '-' only")

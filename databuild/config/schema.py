@@ -84,6 +84,7 @@ class BuildConfig:
     history: str = "expand"  # a template that rewrites history: expand (one sample per turn) or refuse
     # seconds a render may take (encode/render.py: time_limit); the rows do not depend on it, so no manifest holds it
     render_timeout: float = field(default=DEFAULT_RENDER_TIMEOUT, compare=False)
+    dedup: str = "none"  # exact: conversations the same after sources/dedup.py's normalisation kept once
 
     @property
     def rows_spelled(self) -> int | str:

@@ -18,6 +18,7 @@ from ..pack.rows import NO_SUPERVISED_TOKEN
 from ..sources.bad import MALFORMED, SKIPPED_KINDS
 from ..utils.files import replace_durably
 from ..utils.versions import library_versions
+from ..sources.dedup import DEDUP_RULE, duplicate_record
 from .funnel import funnel, read_per_source, rows_at
 
 if TYPE_CHECKING:
@@ -55,6 +56,7 @@ class BuildRecord:
     parquet_sha256: str = ""
     parquet_bytes: int = 0
     record_counts: tuple[dict[str, int], ...] = ()  # per source: the spill's RECORD_COUNTS (before the build: none)
+    duplicates: tuple[BadConversation, ...] = ()  # dedup: exact's, in source order (before the build: none)
 
 
 def build_manifest(record: BuildRecord) -> dict[str, Any]:
@@ -94,6 +96,7 @@ def build_manifest(record: BuildRecord) -> dict[str, Any]:
             "end_of_turn": encoder_pins.get("end_of_turn"),
             "end_of_turn_from": encoder_pins.get("end_of_turn_from"),
             "history": config.history,
+            "dedup": {"policy": config.dedup, **({"key": DEDUP_RULE} if config.dedup == "exact" else {})},
             "packing": packing.record(),
         },
         "inputs": {
@@ -124,11 +127,13 @@ def build_manifest(record: BuildRecord) -> dict[str, Any]:
                           for source in sorted(stats.tokens_by_source)},
             "sources": source_counts(record, read),
             "funnel": funnel(record, read),
+            "duplicates": _per_source_of(record, record.duplicates),
         },
         # where a tokenizer pinned by content alone was read, for show and report (not a pin: a build
         # whose folder moved is still up to date)
         **({"tokenizer_dir": str(config.tokenizer.dir)} if config.tokenizer.repo is None else {}),
         "skipped_conversations": [bad.record() for bad in skipped],
+        "duplicate_conversations": [duplicate_record(bad) for bad in record.duplicates],
         "versions": library_versions(),
         "row_digests": record.row_digests,
         "continued_rows": stats.continued_rows,
@@ -175,12 +180,23 @@ def source_counts(record: BuildRecord, read: list[int]) -> list[dict[str, Any]]:
     for number, source in enumerate(inputs.sources):
         kinds = {kind: sum(1 for b, s in zip(skipped, skipped_of) if s == number and b.kind == kind)
                  for kind in SKIPPED_KINDS}
+        dropped = sum(1 for s in skipped_of if s == number)  # skipped, and duplicates met
         counts.append({"repo": source.spec.name, "selected": len(source.selected),
                        MALFORMED: malformed_of.count(number),
-                       "conversations_read": read[number] - sum(kinds.values()) - empty_of.count(number),
+                       "conversations_read": read[number] - dropped - empty_of.count(number),
                        "conversations_skipped": kinds,
                        **({"messages": record.record_counts[number]} if record.record_counts else {})})
     return counts
+
+
+def _per_source_of(record: BuildRecord, found: tuple[BadConversation, ...]) -> dict[str, Any]:
+    """counts.duplicates: the duplicates the first pass found among the rows the stream holds (each
+    row once, however often a take repeats it), in all and by source (config order)."""
+    from ..sources.mixture import source_of
+
+    firsts, _ = record.inputs.selections
+    of = source_of(firsts, [b.index for b in found]).tolist() if found else []
+    return {"found": len(found), "by_source": [of.count(number) for number in range(len(record.inputs.sources))]}
 
 
 def write_manifest(manifest: dict[str, Any], path: Path) -> None:

@@ -29,6 +29,7 @@ STOP_TOKEN_IN_FIELD = "stop_token_in_field"  # an assistant field spells a stop 
 HISTORY_REWRITTEN = "history_rewritten"  # the template rewrites history and the config says history: refuse
 SKIPPED_KINDS = (MALFORMED, TEMPLATE_ERROR, MASK_ERROR, STOP_TOKEN_IN_FIELD, HISTORY_REWRITTEN)
 OVERLONG = "overlong"  # longer than a row under overlong: error (the packer's setting, never skipped)
+DUPLICATE = "duplicate"  # dedup: exact found an earlier conversation the same (sources/dedup.py): always dropped
 
 
 class Problem(NamedTuple):
@@ -108,13 +109,14 @@ def marked(conversations: Iterable[Conversation], malformed: dict[int, BadConver
 def buildable(tokenized: Iterable[TokenizedConversation], policy: str, files: list[SourceFile],
               skipped: list[BadConversation]) -> Iterator[TokenizedConversation]:
     """The stream without the conversations that cannot be built (malformed, refused by the template,
-    or unmaskable), each skipped into `skipped` or stopping the build, as `policy` says."""
+    or unmaskable), each skipped into `skipped` or stopping the build, as `policy` says; and without
+    the duplicates dedup: exact marked, each into `skipped` whatever the policy."""
     for conversation in tokenized:
         if conversation.problem is None:
             yield conversation
             continue
         bad = bad_conversation(files, conversation.index, conversation.id, conversation.problem)
-        skipped += on_bad_conversation(policy, [bad])
+        skipped += [bad] if bad.kind == DUPLICATE else on_bad_conversation(policy, [bad])
 
 
 # What a user changes when every conversation is refused the same way: the config, not the data.

@@ -33,6 +33,7 @@ from tqdm import tqdm
 
 from ..errors import BuildError
 from ..sources.bad import BadConversation, marked
+from ..sources.dedup import batch_keys
 from ..sources.mixture import Placement
 from ..utils.machine import available_cores
 from ..sources.reader import COLUMNS, RECORD_COUNTS, Conversation, SourceFile, check_batch, iter_batches, with_valid_utf8
@@ -62,7 +63,7 @@ class Spill:
     stream position, a row repeated by an upsampling take once per position (sources.mixture.placement)."""
 
     def __init__(self, files: Iterable[SourceFile], placement: Placement, window: int, directory: Path,
-                 threads: int | None = None):
+                 threads: int | None = None, dedup: bool = False):
         self.files, self.window, self.directory = list(files), window, Path(directory)
         self.threads = max(1, threads or available_cores())
         self.placement = placement
@@ -71,6 +72,9 @@ class Spill:
         self.passes = 0
         # the first pass's RECORD_COUNTS of each file's rows that the stream holds, malformed ones left out
         self.record_counts: dict[int, np.ndarray] = {}  # by the file's first_index
+        # dedup: the first pass's key (sources/dedup.py) and id of each row the stream holds, malformed left out
+        self.dedup = dedup
+        self.keys: dict[int, tuple[bytes, str]] = {}
 
     def counts_of(self, files: Iterable[SourceFile]) -> dict[str, int]:
         """RECORD_COUNTS over `files` (a source's), by name."""
@@ -130,6 +134,7 @@ class Spill:
             file, groups = part
             found: list[BadConversation] = []
             counts = np.zeros(len(RECORD_COUNTS), np.int64)
+            keys: dict[int, tuple[bytes, str]] = {}
             for offset, batch, refused in iter_batches(file, groups):
                 if stopping.is_set():  # the pass failed or was stopped: its folder is about to go
                     break
@@ -140,6 +145,10 @@ class Spill:
                     found += [b for b in bad if copies[b.index - offset]]
                     copies[[b.index - offset for b in bad]] = 0
                     counts += (per_row * copies[:, None]).sum(axis=0)
+                    if self.dedup:
+                        distinct = np.flatnonzero(copies)
+                        ids = batch.column("id").take(pa.array(distinct)).to_pylist()
+                        keys.update(zip((distinct + offset).tolist(), zip(batch_keys(batch, distinct), ids)))
                 wanted = (positions >= start) & (positions < stop)
                 rows, positions = held[wanted], positions[wanted]
                 with lock:
@@ -165,6 +174,7 @@ class Spill:
             if check:
                 with lock:  # a file's parts add up to its counts
                     self.record_counts[file.first_index] = self.record_counts.get(file.first_index, 0) + counts
+                    self.keys.update(keys)
             return found
 
         # disable=None: a bar on a terminal, nothing in logs and CI
