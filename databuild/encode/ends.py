@@ -12,10 +12,10 @@ build stops before its first row, naming the token to declare.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from ..errors import BuildError
+from ..utils import json_depth
 
 GENERATION_CONFIG = "generation_config.json"
 PROBE_ANSWER = "Hello"
@@ -32,7 +32,7 @@ def generation_stops(directory: Path, tokenizer) -> tuple[str, ...]:
     if not path.is_file():
         return ()
     try:
-        ids = json.loads(path.read_text(encoding="utf-8")).get("eos_token_id")
+        ids = json_depth.loads(path.read_text(encoding="utf-8")).get("eos_token_id")
     except (ValueError, UnicodeDecodeError, AttributeError) as exc:
         raise BuildError(f"{path}: not a JSON object ({exc})") from None
     ids = [ids] if isinstance(ids, int) and not isinstance(ids, bool) else ids

@@ -9,7 +9,6 @@ they are checked on the native file given by `--from`, which the export must the
 
 from __future__ import annotations
 
-import json
 import tempfile
 from pathlib import Path
 from typing import Any, Callable
@@ -20,6 +19,7 @@ import pyarrow.parquet as pq
 from ..errors import BuildError
 from ..publish.manifest import manifest_path
 from ..rowfile.write import partial_path
+from ..utils import json_depth
 from ..utils.files import file_sha256
 from ..verify import Expected, Report, UsageError, differences, row_differences
 from .content import ContentHasher
@@ -37,7 +37,7 @@ def export_manifest_of(parquet: Path, manifest: Path | None = None) -> dict[str,
     that manifest is not an export's."""
     path = manifest or manifest_path(parquet)
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data = json_depth.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None  # not an export's: the native verifier reports it
     if not isinstance(data, dict) or data.get("format") != FORMAT:

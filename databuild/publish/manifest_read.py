@@ -4,19 +4,19 @@ manifest edited by hand is refused in one line naming the field, not met by a tr
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from ..errors import BuildError
 from ..sources.bad import MALFORMED
+from ..utils import json_depth
 from .funnel import BOXES as FUNNEL_BOXES
 from .manifest import FORMAT, manifest_path
 
 
 def read_manifest(path: Path) -> dict[str, Any]:
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
+        manifest = json_depth.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise BuildError(f"{path}: cannot read manifest: {exc}") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:

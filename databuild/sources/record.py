@@ -20,6 +20,7 @@ from typing import Any
 import pyarrow as pa
 
 from ..encode.transformers_private import REASONING_FIELDS
+from ..utils import json_depth
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 EXTRA_FIELDS = ("tool_calls", "tool_call_id", "name") + REASONING_FIELDS  # beside role and content
@@ -39,8 +40,14 @@ def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict:
 
 
 def parse_json(text: str) -> Any:
-    """JSON text as Python values, refusing what json.loads would silently resolve (a repeated key)."""
-    return json.loads(text, object_pairs_hook=_no_duplicate_keys)
+    """JSON text as Python values, refusing what json.loads would silently resolve (a repeated key), and
+    nesting past MOST_JSON_DEPTH (TooDeep)."""
+    return json_depth.loads(text, object_pairs_hook=_no_duplicate_keys)
+
+
+def not_json(what: str, exc: ValueError) -> str:
+    """Why `what` (a field, a value) cannot be parsed: JSON too deep, or not JSON text."""
+    return f"{what} is JSON {exc}" if isinstance(exc, json_depth.TooDeep) else f"{what} is not JSON text ({exc})"
 
 
 def tool_call_problem(call: Any) -> str | None:
@@ -83,7 +90,7 @@ def fields_text(fields: dict[str, Any], role: str | None) -> tuple[str | None, s
         try:
             present["tool_calls"] = parse_json(present["tool_calls"])
         except ValueError as exc:
-            return None, f"tool_calls is not JSON text ({exc})"
+            return None, not_json("tool_calls", exc)
     for key, value in present.items():
         problem = field_problem(key, value, role)
         if problem is not None:
@@ -109,7 +116,7 @@ def tools_text(value: Any) -> tuple[str | None, str | None]:
     try:
         parsed = parse_json(value) if isinstance(value, str) else value
     except ValueError as exc:
-        return None, f"tools is not JSON text ({exc})"
+        return None, not_json("tools", exc)
     problem = tools_problem(parsed)
     if problem is not None:
         return None, problem

@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..record import parse_json, tool_call_problem
+from ..record import not_json, parse_json, tool_call_problem
 from .adapter import Flat, INVALID_UTF8, is_string, python_values, row_of
 from .messages import MessageColumn
 
@@ -39,7 +39,7 @@ def function_call(value) -> tuple[list | None, str | None]:
     try:
         parsed = parse_json(value)
     except ValueError as exc:
-        return None, f"function_call value is not JSON ({exc})"
+        return None, not_json("function_call value", exc)
     calls = []
     for call in parsed if isinstance(parsed, list) else [parsed]:
         extra = sorted(set(call) - set(CALL_KEYS)) if isinstance(call, dict) else []

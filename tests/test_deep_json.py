@@ -1,0 +1,86 @@
+"""JSON nested past any use, in a source's values (tool_calls, tools, a ShareGPT function_call), in a manifest
+and in nested structures: refused in one line naming the file, row, id and field, never a RecursionError."""
+
+from __future__ import annotations
+
+import pytest
+
+from test_agentic_sources import WHERE, refused_build, tools_tokenizer  # noqa: F401 (a fixture)
+
+DEEP = 100_000  # levels: a RecursionError, before, wherever JSON text was parsed or walked
+
+
+def nested(levels: int, inner: str = "1") -> str:
+    return "[" * levels + inner + "]" * levels
+
+
+GOOD = {"id": "a", "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}
+
+
+@pytest.mark.parametrize("levels", [DEEP, 900])
+def test_deep_tool_calls_text(tmp_path, tools_tokenizer, levels):
+    bad = {"id": "b", "messages": [{"role": "user", "content": "hi"},
+                                   {"role": "assistant", "content": "x", "tool_calls": nested(levels)}]}
+    error = refused_build(tmp_path, tools_tokenizer, [GOOD, bad])
+    assert error.startswith(f"malformed conversation: {WHERE}: message 1: tool_calls is JSON nested deeper than ")
+
+
+@pytest.mark.parametrize("levels", [DEEP, 900])
+def test_deep_tools_text(tmp_path, tools_tokenizer, levels):
+    messages = GOOD["messages"]
+    error = refused_build(tmp_path, tools_tokenizer, [{"id": "a", "messages": messages, "tools": None},
+                                                      {"id": "b", "messages": messages, "tools": nested(levels)}])
+    assert error.startswith(f"malformed conversation: {WHERE}: tools is JSON nested deeper than ")
+
+
+@pytest.mark.parametrize("levels", [DEEP, 900])
+def test_deep_sharegpt_function_call(tmp_path, tools_tokenizer, levels):
+    rows = [{"id": "a", "conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "yo"}]},
+            {"id": "b", "conversations": [{"from": "human", "value": "hi"},
+                                          {"from": "function_call", "value": nested(levels)}]}]
+    error = refused_build(tmp_path, tools_tokenizer, rows, "sharegpt")
+    assert error.startswith(f"malformed conversation: {WHERE}: message 1: function_call value is JSON nested deeper "
+                            "than ")
+
+
+@pytest.fixture
+def deep_manifest(tiny_build, tmp_path):
+    """A copy of the tiny build whose manifest holds a value nested DEEP levels (under `description`, a key
+    no reader uses), and the untouched build beside it."""
+    import shutil
+
+    copy = tmp_path / "deep"
+    copy.mkdir()
+    for path in (tiny_build.parquet, tiny_build.manifest):
+        shutil.copyfile(path, copy / path.name)
+    manifest = copy / tiny_build.manifest.name
+    text = manifest.read_text()
+    manifest.write_text(text[:-2].rstrip() + f', "description": {nested(DEEP)}' + "\n}\n")
+    return copy / tiny_build.parquet.name, manifest
+
+
+def cli(*args):
+    from click.testing import CliRunner
+
+    from databuild.cli import main
+
+    result = CliRunner().invoke(main, [*map(str, args)])
+    assert "Traceback" not in result.output and not isinstance(result.exception, RecursionError), result.output
+    return result
+
+
+def test_verify_refuses_a_deep_manifest_in_one_line(deep_manifest):
+    from databuild.utils.json_depth import MOST_JSON_DEPTH
+
+    parquet, manifest = deep_manifest
+    result = cli("verify", parquet)
+    assert result.exit_code == 1 and result.output.count("\n") == 1, result.output
+    assert f"{manifest}: cannot read manifest: nested deeper than {MOST_JSON_DEPTH} levels" in result.output
+
+
+def test_diff_refuses_a_deep_manifest_as_an_unreadable_side(deep_manifest, tiny_build):
+    parquet, manifest = deep_manifest
+    for sides in ((manifest, tiny_build.manifest), (tiny_build.parquet, parquet)):
+        result = cli("diff", *sides)
+        assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
+        assert f"{manifest}: cannot read manifest: nested deeper than" in result.output
