@@ -1,10 +1,15 @@
 """TRL itself (when torch and trl are installed; neither is in requirements.lock or CI) runs the
 configuration an hf export writes, on a tiny randomly initialised Llama: SFTTrainer accepts the
 arguments, its loss on a packed row equals an independent computation (each conversation alone,
-its own positions, cross-entropy over the native targets that can be trained), and a few steps run.
+its own positions, cross-entropy over the native targets that can be trained), and a few steps run;
+sdpa, the attention the written script picks where flash-attn is not installed, keeps each segment
+of a packed row to itself; the written script runs as it is on this machine.
 """
 
 from __future__ import annotations
+
+import subprocess
+import sys
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -14,18 +19,19 @@ from ruamel.yaml import YAML
 import databuild
 from conftest import TOKENIZER_DIR
 
-torch = pytest.importorskip("torch")
-trl = pytest.importorskip("trl")
+torch = pytest.importorskip("torch", reason="torch is not installed (an optional test: pip install torch trl)")
+trl = pytest.importorskip("trl", reason="trl is not installed (an optional test: pip install trl)")
 
 
-def tiny_llama(vocab_size: int):
+def tiny_llama(vocab_size: int, dtype=torch.float64, **attention):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=512,
-                         initializer_range=1.0, use_cache=False)  # a cache would keep transformers from masking by position_ids
-    return LlamaForCausalLM(config).to(torch.float64).eval()
+                         initializer_range=1.0, use_cache=False,  # a cache would keep transformers from masking by position_ids
+                         **attention)
+    return LlamaForCausalLM(config).to(dtype).eval()
 
 
 def conversations_alone(model, row: dict, native: dict) -> float:
@@ -74,3 +80,49 @@ def test_trl_trains_the_export_as_written(tiny_build, tmp_path):
     trainer.train()
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     assert len(losses) == 3 and all(np.isfinite(losses))
+
+
+def test_sdpa_keeps_each_segment_to_itself(tiny_build, tmp_path):
+    """transformers 5's sdpa, given position_ids and no attention mask (as TRL's padding-free collator
+    gives them), attends within each segment: every segment's logits in a packed row are its logits
+    run alone. In float64, so that any attention across segments would stand far above rounding."""
+    out = databuild.export(tiny_build.parquet, "hf", tmp_path / "tiny.parquet").path
+    rows = [r for r in pq.read_table(out).to_pylist() if len(r["seq_lengths"]) > 2][:3]
+    model = tiny_llama(max(max(r["input_ids"]) for r in rows) + 1, attn_implementation="sdpa")
+    assert model.config._attn_implementation == "sdpa"
+    for row in rows:
+        ids = torch.tensor(row["input_ids"])[None]
+        positions = torch.tensor([p for n in row["seq_lengths"] for p in range(n)])[None]
+        with torch.no_grad():
+            packed = model(input_ids=ids, position_ids=positions).logits[0]
+            attending = model(input_ids=ids).logits[0]  # one sequence: later segments see the earlier ones
+        start = 0
+        for number, length in enumerate(row["seq_lengths"]):
+            with torch.no_grad():
+                alone = model(input_ids=ids[:, start:start + length]).logits[0]
+            assert float((packed[start:start + length] - alone).abs().max()) < 1e-9  # rounding: about 1e-14
+            if number:  # the test can tell: without the positions the segment's logits move by far more
+                assert float((attending[start:start + length] - alone).abs().max()) > 1e-2
+            start += length
+
+
+def test_the_trl_script_runs_here_as_written(tiny_build, tmp_path):
+    """The export's train script, on a model saved here: it picks flash-attn only where it is installed
+    and bf16 only where the machine has it (on CI's CPU: sdpa, no bf16; TRL's own bf16=True default
+    stops there at start-up), and trains; SFTConfig's arguments after OUTPUT_DIR replace its defaults."""
+    from transformers import AutoTokenizer
+    from transformers.utils import is_flash_attn_2_available, is_torch_bf16_gpu_available
+
+    out = databuild.export(tiny_build.parquet, "hf", tmp_path / "hf" / "tiny.parquet").path
+    tokenizer = AutoTokenizer.from_pretrained(TOKENIZER_DIR)
+    model_dir = tmp_path / "model"
+    tiny_llama(len(tokenizer), torch.float32).save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    ran = subprocess.run([sys.executable, str(out.with_name("tiny.trl.py")), str(model_dir), str(tmp_path / "run"),
+                          "--max_steps", "2", "--report_to", "none", "--save_strategy", "no", "--logging_steps", "1"],
+                         capture_output=True, text=True)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    expected = f"attention {'flash_attention_2' if is_flash_attn_2_available() else 'sdpa'}, " \
+               f"bf16 {is_torch_bf16_gpu_available()}"
+    assert ran.stdout.splitlines()[0] == expected
+    assert "'train_loss'" in ran.stdout + ran.stderr

@@ -63,23 +63,33 @@ class HfFormat(Format):
         script = (f'''"""Train a causal LM on {absolute(out)} with TRL's SFTTrainer ({TRL}).
 Written by `databuild export --to hf`. The model's tokenizer must be the one the rows were built with.
 
-    python {stem}.trl.py MODEL OUTPUT_DIR
+    python {stem}.trl.py MODEL OUTPUT_DIR [--SFTCONFIG_ARGUMENT VALUE ...]   # e.g. --num_train_epochs 1
 """
 
 import sys
 
 from datasets import load_dataset
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM, AutoTokenizer, HfArgumentParser
+from transformers.utils import is_flash_attn_2_available, is_torch_bf16_gpu_available
 from trl import SFTConfig, SFTTrainer
 
 ROWS = {absolute(out)!r}
 ARGUMENTS = {arguments!r}
 
 model_name, output_dir = sys.argv[1], sys.argv[2]
-# Padding-free batches are one flattened sequence: an attention that reads position_ids (FlashAttention)
-# keeps the conversations apart; TRL warns about any other (sft_trainer.py:1153-1162).
-model = AutoModelForCausalLM.from_pretrained(model_name, attn_implementation="flash_attention_2")
-trainer = SFTTrainer(model=model, args=SFTConfig(output_dir=output_dir, **ARGUMENTS),
+# Padding-free batches are one flattened sequence with position_ids restarting at every conversation and
+# no attention mask. FlashAttention reads the conversations' bounds from them; so does sdpa in
+# transformers 5 (masking_utils.find_packed_sequence_indices: a block-diagonal mask when there is no
+# attention mask and no cache), the kernel used where flash-attn is not installed.
+attention = "flash_attention_2" if is_flash_attn_2_available() else "sdpa"
+# TRL's default is bf16=True, which stops at start-up on a machine without bf16 (a CPU, an older GPU).
+bf16 = is_torch_bf16_gpu_available()
+print(f"attention {{attention}}, bf16 {{bf16}}", flush=True)
+parser = HfArgumentParser(SFTConfig)  # SFTConfig's own arguments after OUTPUT_DIR replace these defaults
+parser.set_defaults(**ARGUMENTS, bf16=bf16)
+(config,) = parser.parse_args_into_dataclasses(["--output_dir", output_dir, *sys.argv[3:]])
+model = AutoModelForCausalLM.from_pretrained(model_name, attn_implementation=attention)
+trainer = SFTTrainer(model=model, args=config,
                      train_dataset=load_dataset("parquet", data_files=ROWS, split="train"),
                      processing_class=AutoTokenizer.from_pretrained(model_name))
 trainer.train()
