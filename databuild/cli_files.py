@@ -16,13 +16,15 @@ from .errors import BuildError, one_line_errors, os_error_line
 
 def echo_funnel(manifest: dict | None) -> None:
     """Where every source row went (counts.funnel), when the manifest has it."""
-    from .publish.funnel import funnel_lines
+    from .publish.funnel import data_notes, funnel_lines
 
     found = ((manifest or {}).get("counts") or {}).get("funnel")
     if found:
         sources = found["sources"]
         names = f" ({' + '.join(s['source'] for s in sources)})" if len(sources) > 1 else ""
         click.echo(f"  where the source rows went{names}\n" + "\n".join(funnel_lines(found)))
+    for note in data_notes(manifest):
+        click.echo(f"  note: {note}")
 
 
 @click.command("hash")

@@ -134,7 +134,11 @@ def counted(convs) -> dict[str, int]:
             "tool_results": sum(m["role"] == "tool" for m in messages),
             "reasoning_turns": sum(any(m.get(k) is not None for k in ("reasoning_content", "thinking", "reasoning"))
                                    for m in messages),
-            "conversations_with_tools": sum(bool(tools) for _, tools in convs)}
+            "conversations_with_tools": sum(bool(tools) for _, tools in convs),
+            "conversations_with_undeclared_tools": sum(
+                not tools and any(m.get("tool_calls") for m in conv) for conv, tools in convs),
+            # calls kept under a relaxed rule: none here (the rules refuse, and every call here is valid)
+            "tool_calls_invalid_arguments": 0, "tool_calls_undeclared": 0}
 
 
 def build_and_compare(tmp_path, tools_tokenizer, root, fmt, to_trl, **entry):
@@ -191,7 +195,8 @@ def test_messages_format_carries_tool_calls_results_tools_and_reasoning(tmp_path
                   "<tool_response>\n14:05\n</tool_response>", "<think>\nBoth answered.\n</think>", "# Tools"):
         assert piece in text_of_rows
     assert result.data["counts"]["sources"][0]["messages"] == {
-        "tool_calls": 24, "tool_results": 24, "reasoning_turns": 36, "conversations_with_tools": 12}
+        "tool_calls": 24, "tool_results": 24, "reasoning_turns": 36, "conversations_with_tools": 12,
+        "conversations_with_undeclared_tools": 0, "tool_calls_invalid_arguments": 0, "tool_calls_undeclared": 0}
 
 
 def test_agentic_builds_do_not_depend_on_workers_batches_or_window(tmp_path, tools_tokenizer, sixteen_cores):
@@ -415,7 +420,8 @@ def test_round_trip_through_parquet_and_the_spill(tmp_path_factory, tools_tokeni
     rows = [{"id": f"r{i}", "messages": m, "tools": None if t is None else json.dumps(t)}
             for i, (m, t) in enumerate(convs)]
     root = write_source(tmp / "src", [pa.Table.from_pylist(rows)])
-    config = load_config(config_for(tmp, tools_tokenizer, root, "messages", 1))
+    # the tools drawn are any JSON objects, which declare no function the calls name: a round trip of values
+    config = load_config(config_for(tmp, tools_tokenizer, root, "messages", 1, undeclared_tool_calls="keep"))
     with prepare(config) as prepared:
         records = sorted(prepared.conversations(), key=lambda c: c.index)
     assert not prepared.malformed

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import BuildError
+from ..sources.tool_checks import DataRules
 
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
@@ -34,6 +35,7 @@ class SourceSpec:
     key: str = field(default="source", compare=False)  # where the config holds it: source, or sources[i]
     ignore_fields: tuple[str, ...] = ()  # columns and message fields left out on purpose, as the config lists them
     sha256: tuple[tuple[str, str], ...] = ()  # (file path in the source, hex digest), sorted; () pins none
+    rules: DataRules = DataRules()  # struct_nulls, invalid_tool_arguments, undeclared_tool_calls
 
     @property
     def name(self) -> str:

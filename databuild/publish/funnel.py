@@ -113,3 +113,22 @@ def funnel_lines(found: dict[str, Any]) -> list[str]:
               line("  only in rows without a target", "in_rows_without_target"),
               line("  packed, not written", "not_written")]
     return lines
+
+
+# The record counts a user should hear of: what was built that the data did not say plainly.
+DATA_NOTES = {
+    "conversations_with_undeclared_tools": "conversations call tools and have no tools list (the prompt shows no "
+                                           "tool; many datasets describe them in the system text)",
+    "tool_calls_invalid_arguments": "tool calls kept with arguments that are not valid JSON "
+                                    "(invalid_tool_arguments: keep)",
+    "tool_calls_undeclared": "tool calls kept that call a function their tools list does not declare "
+                             "(undeclared_tool_calls: keep)",
+    "struct_null_keys_dropped": "keys whose value was null dropped from parquet structs (struct_nulls: drop)",
+}
+
+
+def data_notes(manifest: dict | None) -> list[str]:
+    """One line per DATA_NOTES count that is not zero, summed over the sources (counts.sources[i].messages)."""
+    sources = ((manifest or {}).get("counts") or {}).get("sources") or []
+    totals = {key: sum((s.get("messages") or {}).get(key, 0) for s in sources) for key in DATA_NOTES}
+    return [f"{totals[key]:,} {what} ({key})" for key, what in DATA_NOTES.items() if totals[key]]

@@ -159,7 +159,8 @@ def source_pins(source) -> dict[str, Any]:
     spec = source.spec
     named = {} if spec.repo is not None else {"name": spec.name}  # pinned by content: the name it goes by
     return {"repo": spec.repo, "revision": spec.revision, **named, "split": spec.split, "format": spec.format_config,
-            "ignore_fields": list(spec.ignore_fields), "take": spec.take, "origin": source.origin,
+            "ignore_fields": list(spec.ignore_fields), "rules": spec.rules.as_dict(), "take": spec.take,
+            "origin": source.origin,
             "files": [{"path": p, "bytes": b, "sha256": s, "rows": f.rows}
                       for (p, b, s), f in zip(source.hashes, source.files)],
             "rows": source.rows, "selected": len(source.selected),

@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 from ..errors import BuildError
 from .bad import MALFORMED, BadConversation, Problem, bad_conversation
 from .record import REASONING_FIELDS, ROLES
+from .tool_checks import TOOL_COUNTS, tool_call_findings
 
 if TYPE_CHECKING:
     from .formats import Adapter
@@ -32,7 +33,7 @@ SOURCE_SCHEMA = pa.schema([("id", pa.string()), ("messages", pa.list_(MESSAGE)),
                            ("tools", pa.string())])
 READ_BATCH_ROWS = 4096
 # What the check pass counts of each conversation (manifest counts.sources[i].messages)
-RECORD_COUNTS = ("tool_calls", "tool_results", "reasoning_turns", "conversations_with_tools")
+RECORD_COUNTS = ("tool_calls", "tool_results", "reasoning_turns", "conversations_with_tools", *TOOL_COUNTS)
 
 
 @dataclass(frozen=True)
@@ -202,6 +203,8 @@ def _malformed_rows(batch: pa.RecordBatch, parent: np.ndarray, starts: np.ndarra
         for item in np.flatnonzero(pc.is_null(contents).to_numpy(zero_copy_only=False)):
             row = int(parent[item])
             fields = with_fields.get(int(item), {})
+            if "content" in fields:  # a list of parts, carried in the fields
+                continue
             if roles[item].as_py() != "assistant" or not (
                     fields.get("tool_calls") or any(key in fields for key in REASONING_FIELDS)):
                 bad.setdefault(row, f"message {item - starts[row]}: content is null, not a string (null content "
@@ -229,17 +232,38 @@ def _record_counts(batch: pa.RecordBatch, parent: np.ndarray, parsed: tuple[np.n
     return counts
 
 
+def _tool_call_rows(batch: pa.RecordBatch, parent: np.ndarray, starts: np.ndarray,
+                    parsed: tuple[np.ndarray, list[dict]], rules, bad: dict[int, str], counts: np.ndarray) -> None:
+    """The tool-call checks (sources/tool_checks.py) of every row with tool calls not already bad: its
+    reason into `bad`, or its TOOL_COUNTS into `counts`."""
+    calling: dict[int, list[tuple[int, dict]]] = {}
+    for item, fields in zip(parsed[0].tolist(), parsed[1]):
+        row = int(parent[item])
+        if fields.get("tool_calls") and row not in bad:
+            calling.setdefault(row, []).append((item - int(starts[row]), fields))
+    tools = batch.column("tools")
+    first = RECORD_COUNTS.index(TOOL_COUNTS[0])
+    for row, messages in calling.items():
+        text = tools[row].as_py()
+        problem, found = tool_call_findings(messages, None if text is None else json.loads(text), rules)
+        if problem is not None:
+            bad[row] = problem
+        else:
+            counts[row, first:first + len(TOOL_COUNTS)] = found
+
+
 def check_batch(file: SourceFile, offset: int, batch: pa.RecordBatch,
                 refused: dict[int, str]) -> tuple[list[BadConversation], np.ndarray]:
     """The batch's malformed rows (the batch starts at source row `offset`), in row order: those its
-    format refused (`refused`, with the format's reason), then those the record's checks find; and
-    the RECORD_COUNTS of each row (rows x counts)."""
+    format refused (`refused`, with the format's reason), then those the record's checks and the
+    tool-call checks (under the source's rules) find; and the RECORD_COUNTS of each row (rows x counts)."""
     messages = batch.column("messages")
     lengths = pc.fill_null(pc.list_value_length(messages), 0).to_numpy(zero_copy_only=False)
     starts = np.concatenate([[0], np.cumsum(lengths)])
     parent = np.repeat(np.arange(batch.num_rows), lengths)
     parsed = _parsed_fields(pc.struct_field(pc.list_flatten(messages), "fields"))
     bad = {**_malformed_rows(batch, parent, starts, parsed), **refused}
+    counts = _record_counts(batch, parent, parsed)
+    _tool_call_rows(batch, parent, starts, parsed, file.adapter.rules, bad, counts)
     return ([bad_conversation([file], offset + row, _text(batch.column("id"), row) or "",
-                              Problem(MALFORMED, bad[row])) for row in sorted(bad)],
-            _record_counts(batch, parent, parsed))
+                              Problem(MALFORMED, bad[row])) for row in sorted(bad)], counts)

@@ -1,15 +1,17 @@
 """The conversation record's vocabulary: the roles and message fields it carries, the checks of
 their values, and their normalised form (what every format's adapter writes and the spill reads).
 
-A message is `role` and `content` (a string, or null beside tool calls or reasoning), then the
-fields transformers' `apply_chat_template` documents for tool calling and reasoning, carried as
-the source wrote them: `tool_calls` (a list of `{id?, type?, function: {name, arguments}}`, the
-arguments a JSON string or an object, each kept in its form), `tool_call_id` and `name` (on a tool
-result), and a reasoning trace under any of `reasoning_content`, `thinking`, `reasoning`. In the
-normalised record those fields travel as one JSON object text per message (`fields`, null for a
-plain message, so plain chat costs one null column); the conversation's `tools` as JSON text too.
-JSON text keeps every value exact (strings, integers, floats by their shortest repr) and every
-object's key order.
+A message is `role` and `content` (a string; null beside tool calls or reasoning; or a list of
+parts, `[{"type": "text", "text": ...}, ...]`), then the fields transformers' `apply_chat_template`
+documents for tool calling and reasoning, carried as the source wrote them: `tool_calls` (a list of
+calls, each wrapped, `{id?, type?, function: {name, arguments}}`, or flat, `{id?, type?, name,
+arguments}`, the arguments a JSON string or an object, each kept in its form: the templates read
+both shapes, `tool_call.function is defined`), `tool_call_id` and `name` (on a tool result), and a
+reasoning trace under any of `reasoning_content`, `thinking`, `reasoning`. In the normalised record
+those fields travel as one JSON object text per message (`fields`, null for a plain message, so
+plain chat costs one null column), and so does a content of parts (under `content`, the `content`
+column then null); the conversation's `tools` as JSON text too. JSON text keeps every value exact
+(strings, integers, floats by their shortest repr) and every object's key order.
 """
 
 from __future__ import annotations
@@ -24,7 +26,6 @@ from ..utils import json_depth
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 EXTRA_FIELDS = ("tool_calls", "tool_call_id", "name") + REASONING_FIELDS  # beside role and content
-TOOL_CALL_KEYS = ("id", "type", "function")
 
 
 def _type(value: Any) -> str:
@@ -50,25 +51,45 @@ def not_json(what: str, exc: ValueError) -> str:
     return f"{what} is JSON {exc}" if isinstance(exc, json_depth.TooDeep) else f"{what} is not JSON text ({exc})"
 
 
+def call_function(call: dict) -> tuple[dict, str]:
+    """The object holding a call's name and arguments, and its path in the call: its `function`
+    (wrapped, transformers' documented schema), or the call itself (flat: no `function` key)."""
+    return (call["function"], "function.") if "function" in call else (call, "")
+
+
 def tool_call_problem(call: Any) -> str | None:
-    """Why `call` is not a tool call of transformers' documented schema, or None."""
+    """Why `call` is not a tool call of the shapes the templates read (wrapped or flat), or None."""
     if not isinstance(call, dict):
         return f"is {_type(call)}, not an object"
     for key in ("id", "type"):
         if call.get(key) is not None and not isinstance(call[key], str):
             return f"{key} is {_type(call[key])}, not a string"
-    function = call.get("function")
+    function, path = call_function(call)
     if not isinstance(function, dict):
         return f"function is {_type(function)}, not an object with name and arguments"
     if not isinstance(function.get("name"), str) or not function["name"]:
-        return f"function.name is {_type(function.get('name'))}, not a non-empty string"
+        return f"{path}name is {_type(function.get('name'))}, not a non-empty string"
     if not isinstance(function.get("arguments"), (str, dict)):
-        return f"function.arguments is {_type(function.get('arguments'))}, not a JSON string or an object"
+        return f"{path}arguments is {_type(function.get('arguments'))}, not a JSON string or an object"
+    return None
+
+
+def content_problem(value: Any) -> str | None:
+    """Why a content that is not a string or null is not a list of parts (objects, each with a
+    string `type`), or None."""
+    if not isinstance(value, list):
+        return f"content is {_type(value)}, not a string, null or a list of parts"
+    for number, part in enumerate(value):
+        if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+            return f"content[{number}] is {_type(part)}, not a part (an object with a string 'type')"
     return None
 
 
 def field_problem(key: str, value: Any, role: str | None) -> str | None:
-    """Why a message's `key` (one of EXTRA_FIELDS, not null) cannot be carried as it is, or None."""
+    """Why a message's `key` (one of EXTRA_FIELDS, or `content` when not a string, not null) cannot be
+    carried as it is, or None."""
+    if key == "content":
+        return content_problem(value)
     if key != "tool_calls":
         return None if isinstance(value, str) else f"{key} is {_type(value)}, not a string"
     if role != "assistant":

@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ..publish.funnel import data_notes
 from ..views.charts import chart_grid, funnel_chart
 from ..errors import BuildError
 from ..rowfile.hashes import check_row_group, read_row_group
@@ -222,7 +223,8 @@ def render_report(path: Path, rows: int = 8, name_or_dir: str | None = None, aga
         rows_html = viewer(parquet, path, manifest, shown, tokenizer, note)
     name = (manifest or {}).get("name") or path.name.removesuffix(".parquet")
     row_tokens = int(stats.tokens.max(initial=0))  # the file's, for the charts: checks() flags a manifest that differs
-    warnings = "".join(f'<div class="warn">{html.escape(w)}</div>' for w in checks(path, stats, manifest))
+    warnings = "".join(f'<div class="warn">{html.escape(w)}</div>' for w in checks(path, stats, manifest)
+                       + data_notes(manifest))
     compared = difference(path, against, name_or_dir, loaded) if against is not None else ""
     # the per-row figures, machine-readable (numbers only, so nothing in them needs escaping)
     data = json.dumps({"supervised": stats.supervised.tolist(), "conversation_segments": stats.segments.tolist()},

@@ -20,11 +20,11 @@ __all__ = ["Adapter", "COLUMN_KEYS", "FORMATS", "adapter_for", "required_names"]
 
 def adapter_for(spec) -> Adapter:
     """The adapter of a config's source entry (`SourceSpec`): a named format, or its column mapping,
-    with the entry's ignore_fields."""
+    with the entry's ignore_fields and data rules."""
     ignore = frozenset(spec.ignore_fields)
     if spec.format == "columns":
-        return MessageColumn(**dict(spec.columns), ignore=ignore)
-    return replace(FORMATS[spec.format], ignore=ignore)
+        return MessageColumn(**dict(spec.columns), ignore=ignore, rules=spec.rules)
+    return replace(FORMATS[spec.format], ignore=ignore, rules=spec.rules)
 
 
 def required_names(format_name: str, columns: dict[str, str]) -> set[str]:

@@ -13,6 +13,7 @@ import pyarrow.compute as pc
 
 from ..reader import MESSAGE, SOURCE_SCHEMA
 from ..record import EXTRA_FIELDS, fields_text, json_type_problem, tools_text
+from ..tool_checks import DataRules
 
 if TYPE_CHECKING:
     from ..reader import SourceFile
@@ -72,9 +73,11 @@ class Adapter:
     `ignore_fields` names it."""
 
     ignore: frozenset[str] = frozenset()  # the config's ignore_fields
+    rules: DataRules = DataRules()  # the config's data rules (struct_nulls and the tool-call checks)
     message_columns: tuple[str, ...] = ()
     tools: str = "tools"  # the column of the conversation's tools list
     record_fields: tuple[tuple[str, str], ...] = tuple((name, name) for name in EXTRA_FIELDS)  # (record, file)
+    content_parts: bool = True  # whether a message's content may be a list of parts (sharegpt's values are text)
 
     def message_schema_problem(self, schema: pa.Schema) -> str | None:
         raise NotImplementedError
@@ -127,9 +130,11 @@ class Adapter:
             index = kind.value_type.get_field_index(key)
             if index < 0:
                 return f"{column} lack field '{key}'"
-            if not is_string(kind.value_type.field(index).type):
-                return f"{column} field '{key}' is {kind.value_type.field(index).type}, not string"
-        carried = {source for _, source in self.record_fields}
+            value_type = kind.value_type.field(index).type
+            if not is_string(value_type) and not (key == content and self.content_parts and is_list(value_type)):
+                return f"{column} field '{key}' is {value_type}, not string" + (
+                    " or a list of parts" if key == content and self.content_parts else "")
+        carried = {source for _, source in self.record_fields} | ({content} if self.content_parts else set())
         for child in kind.value_type:
             if child.name in carried:
                 problem = json_type_problem(child.type, f"{column} field '{child.name}'")
@@ -147,15 +152,19 @@ class Adapter:
         names = [child.name for child in flat.type]
         record_of = {source: record for record, source in self.record_fields}
         carried = {name: record_of[name] for name in names if name in record_of and name not in self.ignore}
+        contents = pc.struct_field(flat, content)
+        if is_list(contents.type):  # a list of parts: carried in `fields`, the content column null
+            carried = {content: "content", **carried}
+            contents = pa.nulls(len(flat), pa.string())
         for name in names:
             if name in (role, content) or name in carried or name in self.ignore:
                 continue
             for item in np.flatnonzero(pc.struct_field(flat, name).is_valid().to_numpy(zero_copy_only=False)):
                 problems.setdefault(row_of(offsets, item), f"message {item - offsets[row_of(offsets, item)]}: "
-                                    f"unknown field {name!r} (the record carries {', '.join((role, content, *carried))}; "
+                                    f"unknown field {name!r} (the record carries {', '.join(dict.fromkeys((role, content, *carried)))}; "
                                     "list it in the source's ignore_fields to build without it)")
         fields = self.message_fields(flat, roles, offsets, carried, problems)
-        return Flat(offsets, roles, pc.struct_field(flat, content).cast(pa.string()), fields, problems)
+        return Flat(offsets, roles, contents.cast(pa.string()), fields, problems)
 
     def record_roles(self, roles: pa.Array, offsets: np.ndarray, problems: dict[int, str]) -> pa.Array:
         """The role values as the record spells them (here: as written; the reader checks them)."""

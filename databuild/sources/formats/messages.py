@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from ..record import EXTRA_FIELDS
+from ..tool_checks import DataRules
 from .adapter import Adapter, Flat
 
 # key: default. The mapping names the file's column or message field for each part of the record.
@@ -30,6 +31,7 @@ class MessageColumn(Adapter):
     reasoning: str = "reasoning"
     tools: str = "tools"
     ignore: frozenset[str] = frozenset()
+    rules: DataRules = DataRules()
 
     @property
     def message_columns(self) -> tuple[str, ...]:

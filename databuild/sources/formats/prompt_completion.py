@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from ..tool_checks import DataRules
 from .adapter import Adapter, Flat, is_string
 
 ROLE_OF_STRING = {"prompt": "user", "completion": "assistant"}
@@ -20,6 +21,7 @@ ROLE_OF_STRING = {"prompt": "user", "completion": "assistant"}
 @dataclass(frozen=True)
 class PromptCompletion(Adapter):
     ignore: frozenset[str] = frozenset()
+    rules: DataRules = DataRules()
     message_columns: tuple[str, ...] = ("prompt", "completion")
 
     def expects(self) -> str:

@@ -59,6 +59,7 @@ class ShareGPT(MessageColumn):
     role: str = "from"
     content: str = "value"
     system: str = "system"
+    content_parts: bool = False
 
     @property
     def message_columns(self) -> tuple[str, ...]:
