@@ -99,6 +99,30 @@ def write_source(root: Path, tables: list[pa.Table]) -> Path:
     return root
 
 
+def nulls_below(value) -> int:
+    """The keys whose value is null in the objects within `value`, at any depth."""
+    if isinstance(value, dict):
+        return sum((v is None) + nulls_below(v) for v in value.values())
+    return sum(nulls_below(v) for v in value) if isinstance(value, list) else 0
+
+
+def without_nulls_below(value):
+    """`value` with the keys whose value is null dropped from the objects within it, at any depth."""
+    if isinstance(value, dict):
+        return {k: without_nulls_below(v) for k, v in value.items() if v is not None}
+    return [without_nulls_below(v) for v in value] if isinstance(value, list) else value
+
+
+STRUCTURED = ("tool_calls", "content")  # a message's fields a struct may hold (content: a list of parts)
+
+
+def struct_nulls_dropped(convs):
+    """The conversations as struct_nulls: drop documents them: the keys with a null value dropped from
+    the objects within tool calls, content parts and tools (done here by hand, not by databuild)."""
+    return [([{k: without_nulls_below(v) if k in STRUCTURED else v for k, v in m.items()} for m in messages],
+             None if tools is None else without_nulls_below(tools)) for messages, tools in convs]
+
+
 def as_datasets_reads(root: Path, to_trl) -> list[tuple[list[dict], list | None]]:
     """Each row as a user's `datasets` pipeline hands it to apply_chat_template: pyarrow's Python
     values (a struct column's nulls included), the tools column parsed when it is JSON text, and the
@@ -138,14 +162,18 @@ def counted(convs) -> dict[str, int]:
             "conversations_with_undeclared_tools": sum(
                 not tools and any(m.get("tool_calls") for m in conv) for conv, tools in convs),
             # calls kept under a relaxed rule: none here (the rules refuse, and every call here is valid)
-            "tool_calls_invalid_arguments": 0, "tool_calls_undeclared": 0}
+            "tool_calls_invalid_arguments": 0, "tool_calls_undeclared": 0,
+            # the nulls a struct put where a row had no key (the conversations here write none)
+            "struct_null_keys_dropped": sum(nulls_below(m.get(k)) for m in messages for k in STRUCTURED)
+            + sum(nulls_below(tools) for _, tools in convs)}
 
 
 def build_and_compare(tmp_path, tools_tokenizer, root, fmt, to_trl, **entry):
     """Build the source; the rows must be the independent stream's, every record must render as
     transformers renders the `datasets` reading, and the counts must be those of the dicts."""
     reference = load_tokenizer(tools_tokenizer)
-    convs = as_datasets_reads(root, to_trl)
+    read = as_datasets_reads(root, to_trl)
+    convs = struct_nulls_dropped(read) if entry.get("struct_nulls") == "drop" else read
     expected = stream_rows(reference, convs)
     config = load_config(config_for(tmp_path, tools_tokenizer, root, fmt, len(expected), **entry))
     result = make(config, tmp_path / "out", progress=False)
@@ -158,7 +186,7 @@ def build_and_compare(tmp_path, tools_tokenizer, root, fmt, to_trl, **entry):
     for record, (messages, tools) in zip(records, convs):
         assert renderer.render(record.messages, record.tools) == reference.apply_chat_template(
             copy.deepcopy(messages), tools=tools, tokenize=False, **KWARGS)
-    assert result.data["counts"]["sources"][0]["messages"] == counted(convs)
+    assert result.data["counts"]["sources"][0]["messages"] == counted(read)
     return result, records, convs
 
 
@@ -172,15 +200,30 @@ def test_messages_format_carries_tool_calls_results_tools_and_reasoning(tmp_path
     text = [{"id": f"txt-{i}", "messages": m, "tools": None if t is None else json.dumps(t)}
             for i, (m, t) in enumerate(conversations(True))]
     root = write_source(tmp_path / "src", [pa.Table.from_pylist(typed), pa.Table.from_pylist(text)])
-    result, records, convs = build_and_compare(tmp_path, tools_tokenizer, root, "messages", trl_messages)
+    # the typed file's arguments and tools are structs, which cannot say which keys a row wrote: refused,
+    # naming the column and the fixes
+    with pytest.raises(BuildError, match=r"data/train-00000-of-00002.parquet: schema: messages field "
+                                         r"'tool_calls'\[\]\.function\.arguments is a parquet struct, .* store it "
+                                         r"as JSON text \(a string\) or as datasets' Json type, or set struct_nulls: "
+                                         r"drop on the source"):
+        make(load_config(config_for(tmp_path, tools_tokenizer, root, "messages", 1)), tmp_path / "no", progress=False)
+    result, records, convs = build_and_compare(tmp_path, tools_tokenizer, root, "messages", trl_messages,
+                                               struct_nulls="drop")
     by_id = {r.id: r for r in records}
-    # JSON text arguments reach the template byte for byte; objects as the struct holds them, the
-    # keys of every call's arguments in one struct (a null for a key a call lacks, as datasets gives)
+    # JSON text arguments reach the template byte for byte; objects with the keys the call wrote (the
+    # struct's nulls for the other calls' keys dropped), and so do the tools' schemas
     calls = by_id["txt-0"].messages[2]["tool_calls"]
     assert calls == [call(1, "get_weather", '{"city": "Paris0", "unit": "celsius"}'),
                      call(2, "get_time", '{"zone": "CET", "city": "Paris"}')]
-    assert by_id["obj-0"].messages[2]["tool_calls"][0]["function"]["arguments"] == {
-        "city": "Paris0", "unit": "celsius", "zone": None}
+    # (the keys in the struct's order, which is the order of the first row that wrote each key in the file)
+    for k, (messages, tools) in enumerate(conversations(False)):
+        got = by_id[f"obj-{k}"]
+        assert [{k: v for k, v in m.items() if v is not None} for m in got.messages] == [
+            {k: v for k, v in m.items() if v is not None} for m in messages]
+        assert got.tools == tools
+    # per agentic conversation: each call lacks one key of the other's arguments (2), and the tools' schemas
+    # the other's properties (get_weather lacks zone, get_time city and unit: 3)
+    assert result.data["counts"]["sources"][0]["messages"]["struct_null_keys_dropped"] == 6 * (2 + 3)
     # the record's message: content and role, then the fields the source gives it, in its order
     assert list(by_id["txt-0"].messages[2]) == ["content", "role", "reasoning_content", "tool_calls"]
     assert by_id["txt-0"].messages[3] == {"content": "{\"temp\": 21}", "role": "tool", "tool_call_id": "call_1",
@@ -196,7 +239,8 @@ def test_messages_format_carries_tool_calls_results_tools_and_reasoning(tmp_path
         assert piece in text_of_rows
     assert result.data["counts"]["sources"][0]["messages"] == {
         "tool_calls": 24, "tool_results": 24, "reasoning_turns": 36, "conversations_with_tools": 12,
-        "conversations_with_undeclared_tools": 0, "tool_calls_invalid_arguments": 0, "tool_calls_undeclared": 0}
+        "conversations_with_undeclared_tools": 0, "tool_calls_invalid_arguments": 0, "tool_calls_undeclared": 0,
+        "struct_null_keys_dropped": 30}
 
 
 def test_agentic_builds_do_not_depend_on_workers_batches_or_window(tmp_path, tools_tokenizer, sixteen_cores):
@@ -257,7 +301,8 @@ def test_prompt_completion_with_tool_turns(tmp_path, tools_tokenizer):
              "completion": m[2:] if m[0]["role"] == "system" else m[1:], "tools": t}
             for i, (m, t) in enumerate(conversations(True))]
     root = write_source(tmp_path / "src", [pa.Table.from_pylist(rows)])
-    build_and_compare(tmp_path, tools_tokenizer, root, "prompt_completion", lambda r: r["prompt"] + r["completion"])
+    build_and_compare(tmp_path, tools_tokenizer, root, "prompt_completion", lambda r: r["prompt"] + r["completion"],
+                      struct_nulls="drop")
 
 
 def test_a_column_mapping_names_every_field(tmp_path, tools_tokenizer):
@@ -269,7 +314,8 @@ def test_a_column_mapping_names_every_field(tmp_path, tools_tokenizer):
     back = {v: k for k, v in names.items()}
     fmt = {"messages": "dialog", "tools": "functions", **names}
     result, _, _ = build_and_compare(tmp_path, tools_tokenizer, root, fmt,
-                                     lambda r: [{back.get(k, k): v for k, v in m.items()} for m in r["dialog"]])
+                                     lambda r: [{back.get(k, k): v for k, v in m.items()} for m in r["dialog"]],
+                                     struct_nulls="drop")
     assert result.data["inputs"]["sources"][0]["format"]["tool_calls"] == "calls"
 
 
@@ -321,10 +367,10 @@ def test_a_tools_column_that_is_not_a_list_of_schemas_is_refused(tmp_path, tools
 
 def test_an_unknown_column_refuses_the_file_and_ignore_fields_builds_without_it(tmp_path, tools_tokenizer):
     rows = [{"id": f"r{i}", "messages": m, "tools": t, "category": "x"} for i, (m, t) in enumerate(conversations(False))]
-    error = refused_build(tmp_path, tools_tokenizer, rows)
+    error = refused_build(tmp_path, tools_tokenizer, rows, struct_nulls="drop")
     assert "data/train-00000-of-00001.parquet: schema: column 'category' is not one this format reads" in error
     assert "ignore_fields" in error
-    config = load_config(config_for(tmp_path, tools_tokenizer, tmp_path / "src", "messages", 3,
+    config = load_config(config_for(tmp_path, tools_tokenizer, tmp_path / "src", "messages", 3, struct_nulls="drop",
                                     ignore_fields=["category", "reasoning_content"]))
     result = make(config, tmp_path / "ignored", progress=False)
     source = result.data["inputs"]["sources"][0]
@@ -341,7 +387,8 @@ def test_tool_calls_as_json_text_are_the_list_they_spell(tmp_path, tools_tokeniz
             for i, (msgs, t) in enumerate(conversations(True))]
     root = write_source(tmp_path / "src", [pa.Table.from_pylist(rows)])
     build_and_compare(tmp_path, tools_tokenizer, root, "messages", lambda r: [
-        {**m, "tool_calls": json.loads(m["tool_calls"])} if m["tool_calls"] else m for m in r["messages"]])
+        {**m, "tool_calls": json.loads(m["tool_calls"])} if m["tool_calls"] else m for m in r["messages"]],
+        struct_nulls="drop")  # the tools, typed
 
 
 def test_a_field_of_a_type_without_json_values_refuses_the_file(tmp_path, tools_tokenizer):
@@ -367,7 +414,7 @@ def test_refusals_are_skipped_and_counted_under_skip(tmp_path, tools_tokenizer):
     rows = [{"id": f"r{i}", "messages": m, "tools": t} for i, (m, t) in enumerate(conversations(False))]
     rows[0]["messages"][2]["tool_calls"][0]["function"]["name"] = ""  # an agentic conversation, refused
     root = write_source(tmp_path / "src", [pa.Table.from_pylist(rows)])
-    config = load_config(config_for(tmp_path, tools_tokenizer, root, "messages", 3, policy="skip"))
+    config = load_config(config_for(tmp_path, tools_tokenizer, root, "messages", 3, policy="skip", struct_nulls="drop"))
     result = make(config, tmp_path / "out", progress=False)
     assert result.data["counts"]["malformed_in_source"] == 1
     kept = [(m, t) for m, t in as_datasets_reads(root, trl_messages)][1:]
@@ -467,7 +514,8 @@ def test_show_marks_tool_calls_results_and_reasoning(tmp_path, tools_tokenizer):
 
     rows = [{"id": f"r{i}", "messages": m, "tools": t} for i, (m, t) in enumerate(conversations(False))]
     root = write_source(tmp_path / "src", [pa.Table.from_pylist(rows)])
-    config = load_config(config_for(tmp_path, tools_tokenizer, root, "messages", 2, row_tokens=512))
+    config = load_config(config_for(tmp_path, tools_tokenizer, root, "messages", 2, row_tokens=512,
+                                    struct_nulls="drop"))
     result = make(config, tmp_path / "out", progress=False)
     shown = "".join(run_cli("show", str(result.parquet), "--row", str(k), "--tokenizer", str(tools_tokenizer),
                             "--color", "never").stdout for k in range(2))

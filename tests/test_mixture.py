@@ -321,7 +321,7 @@ def normalised(adapter, table: pa.Table) -> tuple[list[dict], dict[int, str]]:
     from databuild.sources.reader import SourceFile
 
     file = SourceFile(Path("x.parquet"), "data/x.parquet", table.num_rows, 10, 0, "org/x", adapter)
-    batch, refused = adapter.normalise(table.to_batches()[0], file, 10)
+    batch, refused, _ = adapter.normalise(table.to_batches()[0], file, 10)
     return batch.to_pylist(), refused
 
 

@@ -161,3 +161,62 @@ def test_a_content_that_is_no_list_of_parts_is_malformed(tmp_path, tools_tokeniz
     root = write_source(tmp_path / "src", [table])
     with pytest.raises(BuildError, match=r"row 1 \(id 'odd'\): message 0: content\[0\] is an object, not a part"):
         build(tmp_path, tools_tokenizer, root, rows=1, struct_nulls="drop")
+
+
+# Parquet structs: written with pyarrow from Python dicts, every call's arguments hold every call's keys.
+
+CALLS = [("get_weather", {"city": "Paris", "unit": "celsius"}), ("get_time", {"timezone": "Europe/Berlin"}),
+         ("calculate", {"expression": "2+2"}), ("search", {"query": "news", "max_results": 3})]
+SCHEMAS = [{"type": "function", "function": {"name": name, "description": name, "parameters": {
+    "type": "object", "properties": {key: {"type": "string"} for key in arguments}}}} for name, arguments in CALLS]
+
+
+def struct_rows():
+    rows = []
+    for k in range(12):
+        name, arguments = CALLS[k % len(CALLS)]
+        rows.append({"id": f"s{k}", "tools": SCHEMAS, "messages": [
+            {"role": "user", "content": f"Question {k}"},
+            {"role": "assistant", "content": None, "tool_calls": [call(k, name, arguments)]},
+            {"role": "tool", "tool_call_id": f"call_{k}", "content": "ok"},
+            {"role": "assistant", "content": f"Answer {k}."}]})
+    return rows
+
+
+def test_struct_arguments_are_refused_naming_the_column_or_built_without_the_nulls(tmp_path, tools_tokenizer):
+    rows = struct_rows()
+    root = write_source(tmp_path / "src", [pa.Table.from_pylist(rows)])
+    assert pa.types.is_struct(pq.read_schema(root / FILE).field("messages").type.value_type.field(
+        "tool_calls").type.value_type.field("function").type.field("arguments").type)
+    with pytest.raises(BuildError) as error:
+        build(tmp_path, tools_tokenizer, root)
+    message = str(error.value)
+    assert message.startswith(f"dataset org/agentic@{'1' * 40}: {FILE}: schema: messages field "
+                              "'tool_calls'[].function.arguments is a parquet struct, which holds every row's keys, "
+                              "null where a row had none, and cannot say which keys a row wrote; store it as JSON text "
+                              "(a string) or as datasets' Json type, or set struct_nulls: drop on the source")
+    assert "\n" not in message
+    # the tools alone as structs: refused the same way, naming their column
+    texts = [{**r, "messages": [{**m, "tool_calls": None if "tool_calls" not in m else json.dumps(m["tool_calls"])}
+                                for m in r["messages"]]} for r in rows]
+    tools_only = write_source(tmp_path / "tools-only", [pa.Table.from_pylist(texts)])
+    with pytest.raises(BuildError, match=r"schema: column 'tools'\[\] is a parquet struct"):
+        build(tmp_path / "t", tools_tokenizer, tools_only)
+
+    result = build(tmp_path / "drop", tools_tokenizer, root, rows=4, struct_nulls="drop", row_tokens=256)
+    assert result.data["inputs"]["sources"][0]["rules"]["struct_nulls"] == "drop"
+    # each call lacks the other calls' argument keys (5 of the 6); each tools list, each schema's other properties
+    per_call = {name: 6 - len(arguments) for name, arguments in CALLS}
+    per_tools = sum(6 - len(arguments) for _, arguments in CALLS)
+    assert result.data["counts"]["sources"][0]["messages"]["struct_null_keys_dropped"] == sum(
+        per_call[CALLS[k % 4][0]] + per_tools for k in range(12))
+    tokenizer = load_tokenizer(tools_tokenizer)
+    table = pq.read_table(result.parquet)
+    text = tokenizer.decode([t for row in table.column("input_ids").to_pylist() for t in row])
+    targets = tokenizer.decode([t for ids, mask in zip(table.column("input_ids").to_pylist(),
+                                                       table.column("loss_mask").to_pylist())
+                                for t, m in zip(ids, mask) if m])
+    assert "null" not in text and "None" not in text
+    written = dict(CALLS)
+    found = [json.loads(piece.split("</tool_call>")[0]) for piece in targets.split("<tool_call>\n")[1:]]
+    assert found and all(call["arguments"] == written[call["name"]] for call in found)

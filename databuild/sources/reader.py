@@ -8,6 +8,7 @@ runs them in its first pass, before anything is rendered.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
@@ -33,7 +34,8 @@ SOURCE_SCHEMA = pa.schema([("id", pa.string()), ("messages", pa.list_(MESSAGE)),
                            ("tools", pa.string())])
 READ_BATCH_ROWS = 4096
 # What the check pass counts of each conversation (manifest counts.sources[i].messages)
-RECORD_COUNTS = ("tool_calls", "tool_results", "reasoning_turns", "conversations_with_tools", *TOOL_COUNTS)
+RECORD_COUNTS = ("tool_calls", "tool_results", "reasoning_turns", "conversations_with_tools", *TOOL_COUNTS,
+                 "struct_null_keys_dropped")
 
 
 @dataclass(frozen=True)
@@ -95,8 +97,10 @@ def _message_bytes(metadata: pq.FileMetaData, columns: tuple[str, ...]) -> int:
                if group.column(j).path_in_schema.split(".")[0] in columns)
 
 
-def iter_batches(file: SourceFile, groups: range | None = None) -> Iterator[tuple[int, pa.RecordBatch, dict[int, str]]]:
-    """(index of the batch's first row, batch, rows the format refuses), streaming, every batch in
+def iter_batches(file: SourceFile, groups: range | None = None) -> Iterator[tuple[int, pa.RecordBatch, dict[int, str],
+                                                                                Counter]]:
+    """(index of the batch's first row, batch, rows the format refuses, keys with a null value the
+    format dropped from structs by row: formats/structs.py), streaming, every batch in
     SOURCE_SCHEMA whatever the file's format and flavour of strings, lists and struct field order, so
     that rows of different files and sources can share a bucket file. `groups`: only those row groups
     of the file (all of them by default), so that parts of one file can be read at once."""
@@ -252,11 +256,12 @@ def _tool_call_rows(batch: pa.RecordBatch, parent: np.ndarray, starts: np.ndarra
             counts[row, first:first + len(TOOL_COUNTS)] = found
 
 
-def check_batch(file: SourceFile, offset: int, batch: pa.RecordBatch,
-                refused: dict[int, str]) -> tuple[list[BadConversation], np.ndarray]:
+def check_batch(file: SourceFile, offset: int, batch: pa.RecordBatch, refused: dict[int, str],
+                dropped: Counter = Counter()) -> tuple[list[BadConversation], np.ndarray]:
     """The batch's malformed rows (the batch starts at source row `offset`), in row order: those its
     format refused (`refused`, with the format's reason), then those the record's checks and the
-    tool-call checks (under the source's rules) find; and the RECORD_COUNTS of each row (rows x counts)."""
+    tool-call checks (under the source's rules) find; and the RECORD_COUNTS of each row (rows x counts),
+    `dropped` (from iter_batches) giving struct_null_keys_dropped."""
     messages = batch.column("messages")
     lengths = pc.fill_null(pc.list_value_length(messages), 0).to_numpy(zero_copy_only=False)
     starts = np.concatenate([[0], np.cumsum(lengths)])
@@ -264,6 +269,8 @@ def check_batch(file: SourceFile, offset: int, batch: pa.RecordBatch,
     parsed = _parsed_fields(pc.struct_field(pc.list_flatten(messages), "fields"))
     bad = {**_malformed_rows(batch, parent, starts, parsed), **refused}
     counts = _record_counts(batch, parent, parsed)
+    for row, keys in dropped.items():
+        counts[row, RECORD_COUNTS.index("struct_null_keys_dropped")] = keys
     _tool_call_rows(batch, parent, starts, parsed, file.adapter.rules, bad, counts)
     return ([bad_conversation([file], offset + row, _text(batch.column("id"), row) or "",
                               Problem(MALFORMED, bad[row])) for row in sorted(bad)], counts)

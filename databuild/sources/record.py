@@ -159,4 +159,7 @@ def json_type_problem(kind: pa.DataType, where: str) -> str | None:
             if problem is not None:
                 return problem
         return None
+    if pa.types.is_map(kind):
+        return (f"{where} is a parquet map ({kind}), which has no JSON value: store it as JSON text (a string) or as "
+                "datasets' Json type")
     return f"{where} is {kind}, which has no JSON value"

@@ -135,12 +135,12 @@ class Spill:
             found: list[BadConversation] = []
             counts = np.zeros(len(RECORD_COUNTS), np.int64)
             keys: dict[int, tuple[bytes, str]] = {}
-            for offset, batch, refused in iter_batches(file, groups):
+            for offset, batch, refused, dropped in iter_batches(file, groups):
                 if stopping.is_set():  # the pass failed or was stopped: its folder is about to go
                     break
                 held, positions = self.placement.within(offset, batch.num_rows)
                 if check:
-                    bad, per_row = check_batch(file, offset, batch, refused)
+                    bad, per_row = check_batch(file, offset, batch, refused, dropped)
                     copies = np.bincount(held, minlength=batch.num_rows)  # of each row in the stream
                     found += [b for b in bad if copies[b.index - offset]]
                     copies[[b.index - offset for b in bad]] = 0

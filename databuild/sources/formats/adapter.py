@@ -4,7 +4,8 @@ Arrow building blocks of the normalised messages column (reader.SOURCE_SCHEMA)."
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -14,6 +15,7 @@ import pyarrow.compute as pc
 from ..reader import MESSAGE, SOURCE_SCHEMA
 from ..record import EXTRA_FIELDS, fields_text, json_type_problem, tools_text
 from ..tool_checks import DataRules
+from .structs import call_structs, json_struct, struct_refusal, without_nulls
 
 if TYPE_CHECKING:
     from ..reader import SourceFile
@@ -51,12 +53,14 @@ def row_of(offsets: np.ndarray, item: int) -> int:
 @dataclass(frozen=True)
 class Flat:
     """A batch's messages, flat: row i's are items offsets[i]:offsets[i+1]; `fields` the normalised
-    text of each item's other fields (null for none); `problems` the refused rows, with why."""
+    text of each item's other fields (null for none); `problems` the refused rows, with why; `dropped`
+    the keys with a null value dropped from structs (formats/structs.py), by row."""
     offsets: np.ndarray
     roles: pa.Array
     contents: pa.Array
     fields: pa.Array
     problems: dict[int, str]
+    dropped: Counter = field(default_factory=Counter)
 
     def lists(self) -> pa.Array:
         items = pa.StructArray.from_arrays([self.contents, self.roles, self.fields], fields=list(MESSAGE))
@@ -101,6 +105,9 @@ class Adapter:
                 problem = f"column '{self.tools}' is {kind}, not a list of function schemas or its JSON text"
             else:
                 problem = json_type_problem(kind, f"column '{self.tools}'")
+            found = json_struct(kind, f"column '{self.tools}'")
+            if problem is None and found is not None and self.rules.struct_nulls != "drop":
+                problem = struct_refusal(found, kind)
         if problem is not None:
             return f"{problem} (expected {self.expects()})"
         unknown = [name for name in self.unread_columns(schema) if name not in self.ignore]
@@ -140,6 +147,19 @@ class Adapter:
                 problem = json_type_problem(child.type, f"{column} field '{child.name}'")
                 if problem is not None:
                     return problem
+        return None if self.rules.struct_nulls == "drop" else self.json_struct_problem(kind.value_type, column, content)
+
+    def json_struct_problem(self, message: pa.StructType, column: str, content: str) -> str | None:
+        """The refusal of a struct where the record holds JSON values (formats/structs.py): in a content's
+        parts, or in a tool call below its frame."""
+        tool_calls = dict(self.record_fields)["tool_calls"]
+        for child in message:
+            where = f"{column} field '{child.name}'"
+            found = (json_struct(child.type, where) if child.name == content else
+                     call_structs(child.type, where) if child.name == tool_calls and child.name not in self.ignore
+                     else None)
+            if found is not None:
+                return struct_refusal(found, child.type)
         return None
 
     def flat_messages(self, lists: pa.Array, role: str, content: str) -> Flat:
@@ -163,15 +183,16 @@ class Adapter:
                 problems.setdefault(row_of(offsets, item), f"message {item - offsets[row_of(offsets, item)]}: "
                                     f"unknown field {name!r} (the record carries {', '.join(dict.fromkeys((role, content, *carried)))}; "
                                     "list it in the source's ignore_fields to build without it)")
-        fields = self.message_fields(flat, roles, offsets, carried, problems)
-        return Flat(offsets, roles, contents.cast(pa.string()), fields, problems)
+        dropped: Counter = Counter()
+        fields = self.message_fields(flat, roles, offsets, carried, problems, dropped)
+        return Flat(offsets, roles, contents.cast(pa.string()), fields, problems, dropped)
 
     def record_roles(self, roles: pa.Array, offsets: np.ndarray, problems: dict[int, str]) -> pa.Array:
         """The role values as the record spells them (here: as written; the reader checks them)."""
         return roles
 
     def message_fields(self, flat: pa.Array, roles: pa.Array, offsets: np.ndarray, carried: dict[str, str],
-                       problems: dict[int, str]) -> pa.Array:
+                       problems: dict[int, str], dropped: Counter) -> pa.Array:
         """The normalised `fields` text of each item (null where none is set): Python work only for
         the messages that carry more than role and content."""
         if not carried:
@@ -185,9 +206,15 @@ class Adapter:
             return pa.nulls(len(flat), pa.string())
         taken = pa.array(items)
         values = {record: python_values(child.take(taken)) for record, child in children.items()}
+        structured = {record: child.type for record, child in children.items() if json_struct(child.type, "")}
         texts: list[str | None] = [None] * len(flat)
         for k, (item, role) in enumerate(zip(items.tolist(), python_values(roles.take(taken)))):
             message = {record: column[k] for record, column in values.items()}
+            for record, kind in structured.items():
+                if message[record] is not None and message[record] is not INVALID_UTF8:
+                    message[record], count = without_nulls(message[record], kind)
+                    if count:
+                        dropped[row_of(offsets, item)] += count
             text, problem = fields_text(message, role) if INVALID_UTF8 not in message.values() else (
                 None, f"{next(r for r, v in message.items() if v is INVALID_UTF8)} is not valid UTF-8")
             if problem is not None:
@@ -196,25 +223,32 @@ class Adapter:
             texts[item] = text
         return pa.array(texts, pa.string())
 
-    def tools_column(self, batch: pa.RecordBatch, problems: dict[int, str]) -> pa.Array:
-        """The normalised `tools` text of each row (null: no tools list), refusing what is not one."""
+    def tools_column(self, batch: pa.RecordBatch, problems: dict[int, str], dropped: Counter) -> pa.Array:
+        """The normalised `tools` text of each row (null: no tools list), refusing what is not one; the
+        keys with a null value dropped from its structs (struct_nulls: drop) counted into `dropped`."""
         if self.tools not in batch.schema.names or self.tools in self.ignore:
             return pa.nulls(batch.num_rows, pa.string())
         column = batch.column(self.tools)
         rows = np.flatnonzero(column.is_valid().to_numpy(zero_copy_only=False))
         texts: list[Any] = [None] * batch.num_rows
+        structured = json_struct(column.type, "") is not None
         for row, value in zip(rows.tolist(), python_values(column.take(pa.array(rows)))):
+            if structured and value is not INVALID_UTF8:
+                value, count = without_nulls(value, column.type)
+                dropped[row] += count
             text, problem = (None, "tools is not valid UTF-8") if value is INVALID_UTF8 else tools_text(value)
             if problem is not None:
                 problems.setdefault(row, problem)
             texts[row] = text
         return pa.array(texts, pa.string())
 
-    def normalise(self, batch: pa.RecordBatch, file: SourceFile, offset: int) -> tuple[pa.RecordBatch, dict[int, str]]:
-        """The batch (whose first row is source row `offset`) as SOURCE_SCHEMA, and its refused rows."""
+    def normalise(self, batch: pa.RecordBatch, file: SourceFile,
+                  offset: int) -> tuple[pa.RecordBatch, dict[int, str], Counter]:
+        """The batch (whose first row is source row `offset`) as SOURCE_SCHEMA, its refused rows, and
+        the keys with a null value dropped from structs, by row (formats/structs.py)."""
         flat = self.to_messages(batch)
-        problems = flat.problems
-        tools = self.tools_column(batch, problems)
+        problems, dropped = flat.problems, Counter(flat.dropped)
+        tools = self.tools_column(batch, problems, dropped)
         n, names = batch.num_rows, batch.schema.names
         if "id" in names:
             ids = batch.column("id").cast(pa.string())
@@ -223,4 +257,4 @@ class Adapter:
             ids = pa.array([f"{file.source}/{file.name}#{row}" for row in range(first, first + n)], pa.string())
         sources = batch.column("source").cast(pa.string()) if "source" in names else pa.array([file.source] * n,
                                                                                                 pa.string())
-        return pa.RecordBatch.from_arrays([ids, flat.lists(), sources, tools], schema=SOURCE_SCHEMA), problems
+        return pa.RecordBatch.from_arrays([ids, flat.lists(), sources, tools], schema=SOURCE_SCHEMA), problems, dropped

@@ -7,6 +7,7 @@ any turn."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,7 +39,7 @@ class PromptCompletion(Adapter):
         return None
 
     def to_messages(self, batch: pa.RecordBatch) -> Flat:
-        parts, problems = [], {}
+        parts, problems, dropped = [], {}, Counter()
         for column in self.message_columns:
             values = batch.column(column)
             for row in np.flatnonzero(values.is_null().to_numpy(zero_copy_only=False)):
@@ -53,6 +54,7 @@ class PromptCompletion(Adapter):
                 part = self.flat_messages(values, "role", "content")
                 for row, reason in part.problems.items():
                     problems.setdefault(row, f"{column}: {reason}")
+                dropped.update(part.dropped)
                 parts.append(part)
         # Row by row, the prompt's messages then the completion's: a stable sort of items by row.
         prompt, completion = parts
@@ -60,4 +62,4 @@ class PromptCompletion(Adapter):
         order = pa.array(np.argsort(rows, kind="stable"))
         roles, contents, fields = (pa.concat_arrays([getattr(prompt, name), getattr(completion, name)]).take(order)
                                    for name in ("roles", "contents", "fields"))
-        return Flat(prompt.offsets + completion.offsets, roles, contents, fields, problems)
+        return Flat(prompt.offsets + completion.offsets, roles, contents, fields, problems, dropped)

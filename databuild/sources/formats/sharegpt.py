@@ -131,4 +131,4 @@ class ShareGPT(MessageColumn):
         contents = pa.concat_arrays([system.take(pa.array(first)), flat.contents]).take(order)
         fields = pa.concat_arrays([pa.nulls(count, pa.string()), flat.fields]).take(order)
         offsets = flat.offsets + np.concatenate([[0], np.cumsum(has, dtype=np.int64)])
-        return Flat(offsets, roles, contents, fields, flat.problems)
+        return Flat(offsets, roles, contents, fields, flat.problems, flat.dropped)
