@@ -69,7 +69,8 @@ def encoder_pins(encoder: Encoder) -> dict[str, Any]:
     """What the manifest records of the render and mask set-up: the template used, by hash, the
     declared ends of turn, and the tokenizer.json blocks switched off."""
     return {"chat_template": encoder.renderer.pins(), "end_of_turn": sorted(encoder.end_of_turn),
-            "end_of_turn_from": encoder.end_of_turn_from, "tokenizer_json_switched_off": encoder.switched_off}
+            "end_of_turn_from": encoder.end_of_turn_from, "tokenizer_json_switched_off": encoder.switched_off,
+            "tokenizer_size": encoder.tokenizer_size}
 
 
 @dataclass(frozen=True)

@@ -52,12 +52,13 @@ def show(parquet, row, name_or_dir, color):
     from .publish.manifest_read import manifest_beside
     from .inputs.tokenizer import tokenizer_dir
     from .encode.render import load_tokenizer
-    from .views.show import compose, decode_spans, open_parquet, read_rows, row_header, spans
+    from .views.show import check_decodable, compose, decode_spans, open_parquet, read_rows, row_header, spans
 
     parquet_file, manifest = open_parquet(parquet), manifest_beside(parquet)
     # the row first: its index is checked before any tokenizer is loaded
     target = read_rows(parquet_file, parquet, row, continued_rows=(manifest or {}).get("continued_rows"))[0]
     tokenizer = load_tokenizer(tokenizer_dir(parquet, name_or_dir, manifest))
+    check_decodable(tokenizer, target, parquet)
     parts = spans(target)
     texts = decode_spans(tokenizer, target, parts)
     ansi = color == "always" or (color == "auto" and sys.stdout.isatty())

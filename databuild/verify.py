@@ -50,6 +50,7 @@ class Expected:
     row_digests: list[str] | None = None
     built_with: dict[str, str] | None = None
     manifest: Path | None = None  # the manifest the checks come from, if any: `databuild diff` explains with it
+    token_ids_below: int | None = None  # the manifest's inputs.tokenizer.size: every id is below it
 
 
 @dataclass
@@ -165,7 +166,7 @@ def verify(parquet: Path, expected: Expected) -> Report:
     digest, size = file_sha256(parquet)
     summary: ParquetSummary | None = None
     try:
-        summary = hash_parquet(parquet, (digest, size))
+        summary = hash_parquet(parquet, (digest, size), expected.token_ids_below)
     except UnreadableError as exc:
         report.failures.append(str(exc))
         report.unreadable = True
@@ -187,7 +188,7 @@ def gather(parquet: Path, manifest: Path | None = None, recipe: Path | None = No
            segments_sha256: str | None = None) -> Expected:
     """The expectations for a file: the given sources, or by default the manifest beside it."""
     expectations: list[Expectation] = []
-    digests = versions = None
+    digests = versions = size = None
     explicit = any(x is not None for x in (manifest, recipe, rows_sha256, parquet_sha256, segments_sha256))
     beside = manifest_path(parquet)
     if not parquet.is_file():  # unreadable (exit 3), whatever else is missing with it
@@ -201,6 +202,8 @@ def gather(parquet: Path, manifest: Path | None = None, recipe: Path | None = No
         data = read_manifest(manifest)
         expectations += from_manifest(data, str(manifest))
         digests, versions = data.get("row_digests"), data.get("versions")
+        # absent from a manifest written before it was recorded (SHAPE checked its type where present)
+        size = ((data.get("inputs") or {}).get("tokenizer") or {}).get("size")
     if recipe is not None:
         expectations += from_recipe(recipe)
     if rows_sha256 is not None:
@@ -209,7 +212,7 @@ def gather(parquet: Path, manifest: Path | None = None, recipe: Path | None = No
         expectations.append(Expectation("parquet_sha256", parquet_sha256.lower(), "--parquet-sha256"))
     if segments_sha256 is not None:
         expectations.append(Expectation(SEGMENT_FIELD, segments_sha256.lower(), "--segments-sha256"))
-    return Expected(expectations, digests, versions, manifest)
+    return Expected(expectations, digests, versions, manifest, size)
 
 
 def verify_file(parquet: Path, manifest: Path | None = None, recipe: Path | None = None,

@@ -89,6 +89,7 @@ class Encoder:
         self.stops = stop_pattern(self.end_of_turn)
         self.special_tokens = stop_pattern(frozenset(special))  # the token after a turn, to name an undeclared end
         self._backend = tokenizer.backend_tokenizer
+        self.tokenizer_size = len(tokenizer)  # every token id is below it: verify checks each one against it
         self.switched_off = switch_off_truncation_and_padding(self._backend)
 
     def __getstate__(self):

@@ -106,6 +106,7 @@ def build_manifest(record: BuildRecord) -> dict[str, Any]:
                 "origin": "local" if config.tokenizer.dir else "hub",
                 "sha256": dict(inputs.tokenizer_hashes),
                 "switched_off": encoder_pins.get("tokenizer_json_switched_off", {}),
+                "size": encoder_pins.get("tokenizer_size"),
             },
         },
         "counts": {

@@ -37,7 +37,7 @@ SHAPE: dict[str, type | tuple] = {
     "output.rows_sha256": str, "output.segments_sha256": str, "output.parquet_sha256": str, "output.file": str,
     "build.template_kwargs": dict, "build.seed": int, "build.loss_mask": str,
     "inputs.tokenizer": dict, "inputs.tokenizer.repo": OPTIONAL_STR, "inputs.tokenizer.revision": OPTIONAL_STR,
-    "inputs.tokenizer.sha256": dict, "inputs.sources": list, "counts.sources": list,
+    "inputs.tokenizer.sha256": dict, "inputs.tokenizer.size": int, "inputs.sources": list, "counts.sources": list,
     "counts.rows_skipped": dict, "counts.conversations_skipped": dict, "counts.by_source": dict,
     "build.packing": dict, "build.packing.policy": str, "counts.overlong_conversations": dict,
     "counts.conversations_read": int, "counts.source_conversations": int, "counts.separators_inserted": int,

@@ -191,6 +191,19 @@ def _check_group(table: pa.Table, first: int, row_tokens: int, path: Path) -> in
     return int((row_tokens - pad_start).sum())
 
 
+def check_token_ids(ids: np.ndarray, first: int, row_tokens: int, path: Path, below: int | None,
+                    whose: str = "the tokenizer's size, inputs.tokenizer.size in the manifest") -> None:
+    """Every token id of rows `first`.. (`ids` flat, `row_tokens` a row) in [0, below): `below` the tokenizer's
+    size (`whose` says where it comes from); None, where none is known, checks only that none is negative.
+    A tokenizer decodes an id out of its range as an OverflowError, or as nothing."""
+    if not ids.size or ids.min() >= 0 and (below is None or ids.max() < below):
+        return
+    at = int(np.flatnonzero((ids < 0) | (ids >= (below if below is not None else 2**31)))[0])
+    bound = f"outside 0..{below - 1} ({whose})" if below is not None else "negative"
+    raise RowFormatError(f"{path}: row {first + at // row_tokens}: token {at % row_tokens} has id {int(ids[at])}, "
+                         f"{bound}: not a build of this tokenizer, or a damaged one")
+
+
 def open_row_file(path: Path) -> pq.ParquetFile:
     """A row file opened from its footer, with the schema checked: what every reader starts with."""
     try:
@@ -208,9 +221,11 @@ def read_row_group(parquet: pq.ParquetFile, group: int, path: Path, columns: lis
         raise UnreadableError(f"{path}: row group {group} unreadable: {exc}") from None
 
 
-def hash_parquet(path: Path, file_digest: tuple[str, int] | None = None) -> ParquetSummary:
+def hash_parquet(path: Path, file_digest: tuple[str, int] | None = None,
+                 token_ids_below: int | None = None) -> ParquetSummary:
     """Every pinned figure of a row file, from the file alone, one row group in memory at a time.
-    `file_digest` is the file's (sha256, bytes) when the caller has already read them."""
+    `file_digest` is the file's (sha256, bytes) when the caller has already read them; every token id is
+    checked to be below `token_ids_below` (the tokenizer's size), or only non-negative without it."""
     parquet = open_row_file(path)
     hasher, segments, rows, supervised, padding, row_tokens = RowsHasher(), SegmentsHasher(), 0, 0, 0, None
     for group in range(parquet.num_row_groups):
@@ -221,6 +236,7 @@ def hash_parquet(path: Path, file_digest: tuple[str, int] | None = None) -> Parq
         ids, lengths = _values(table.column("input_ids"))
         row_tokens = int(lengths[0]) if row_tokens is None else row_tokens
         padding += _check_group(table, rows, row_tokens, path)
+        check_token_ids(ids, rows, row_tokens, path, token_ids_below)
         mask, _ = _values(table.column("loss_mask"))
         hasher.update_rows(ids.reshape(table.num_rows, -1), mask.reshape(table.num_rows, -1))
         for starts, conversations in zip(table.column("seq_start_id").to_pylist(),

@@ -18,7 +18,7 @@ from ..compare import CONFIG, MANIFEST, Diff, FirstDifference, Side
 from ..errors import BuildError
 from ..publish.manifest_diff import ABSENT, Change
 from ..rowfile.row_digests import RowsDiff
-from .show import Row, decode_spans, id_texts, printable, spans
+from .show import Row, check_decodable, decode_spans, id_texts, printable, spans
 
 CAUSES_SHOWN = 4  # causes named on the first line
 CHANGES_SHOWN = 12  # lines of the made-from table, unless everything is asked for
@@ -147,6 +147,8 @@ def first_section(first: FirstDifference, tokenizers: Tokenizers, a: Side, b: Si
     lines.append(f"first differing row {first.row}, conversation {where}, token {first.token}:")
     for (name, (row, k)), s in zip(segments.items(), (a, b)):
         tokenizer, note = tokenizers(s)
+        if tokenizer is not None:
+            check_decodable(tokenizer, row, s.parquet)
         lines += _window(name, row, k, first.token, tokenizer, note)
     return lines
 

@@ -24,7 +24,7 @@ from ..errors import BuildError
 from ..rowfile.hashes import check_row_group, read_row_group
 from ..publish.manifest_read import manifest_beside
 from ..inputs.tokenizer import tokenizer_dir
-from ..views.show import compose, decode_spans, id_texts, open_parquet, printable, read_rows, row_header, spans
+from ..views.show import check_decodable, compose, decode_spans, id_texts, open_parquet, printable, read_rows, row_header, spans
 
 
 
@@ -79,6 +79,8 @@ def viewer(parquet: pq.ParquetFile, path: Path, manifest: dict | None, count: in
     out = [f'<p class="note">{html.escape(note)}</p>']
     for row in read_rows(parquet, path, 0, min(count, total), (manifest or {}).get("continued_rows")):
         parts = spans(row)
+        if tokenizer is not None:
+            check_decodable(tokenizer, row, path)
         texts = decode_spans(tokenizer, row, parts) if tokenizer is not None else id_texts(row, parts)
         body = compose(row, parts, texts, target=lambda s: f"<mark>{s}</mark>",
                        marker=lambda s: f'<span class="conv">{s}</span>', escape=lambda s: html.escape(printable(s)),

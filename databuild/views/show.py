@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import BuildError
-from ..rowfile.hashes import check_row_group, open_row_file, read_row_group
+from ..rowfile.hashes import check_row_group, check_token_ids, open_row_file, read_row_group
 from .marks import regions
 
 COLUMNS = ["input_ids", "loss_mask", "seq_start_id", "conversation_ids"]
@@ -116,6 +116,12 @@ def spans(row: Row) -> list[Span]:
     segments = np.searchsorted(row.seq_start_id, starts, side="right") - 1
     return [Span(int(s), int(e), bool(row.loss_mask[s]), int(g))
             for s, e, g in zip(starts, ends, segments) if s < size]
+
+
+def check_decodable(tokenizer, row: Row, path: Path) -> None:
+    """Refuses, in one line, a row holding an id the tokenizer has not: decoding it is an OverflowError."""
+    check_token_ids(row.input_ids, row.index, len(row.input_ids), path, len(tokenizer),
+                    f"the {len(tokenizer):,} ids of the tokenizer it is decoded with")
 
 
 def decode_spans(tokenizer, row: Row, parts: list[Span]) -> list[str]:
