@@ -42,7 +42,7 @@ from .pack.rows import PackStats
 from .sources.dedup import find_duplicates
 from .sources.mixture import placement
 from .encode.render import Renderer, load_tokenizer
-from .sources.bad import (DUPLICATE, OVERLONG, SKIPPED_KINDS, BadConversation, Problem, bad_conversation, buildable, marked,
+from .sources.bad import (DUPLICATE, NO_TRAINED_TURN, OVERLONG, SKIPPED_KINDS, BadConversation, Problem, bad_conversation, buildable, marked,
                           on_bad_conversation, refusal, template_wide)
 from .sources.reader import Conversation
 from .sources.spill import Spill, SpilledBatch, expected_prefix
@@ -90,7 +90,7 @@ def pin(config: BuildConfig, offline: bool = False) -> Pinned:
                                       config.render_timeout)
     renderer.compile()
     encoder = Encoder(tokenizer, renderer, config.loss_mask, config.end_of_turn,
-                      generation_stops(inputs.tokenizer_dir, tokenizer), config.history)
+                      generation_stops(inputs.tokenizer_dir, tokenizer), config.history, config.train_turns)
     probe(encoder)
     return Pinned(config, inputs, packing_for(tokenizer, config), encoder)
 
@@ -214,6 +214,8 @@ def ran_out(written: int, rows: int | None, stats: PackStats, skipped: list[BadC
         (stats.empty_renders, "rendered to no token")) if n]
     fates += [f"{kinds[kind]} skipped as {kind}" for kind in SKIPPED_KINDS if kinds[kind]]
     fates += [f"{kinds[DUPLICATE]} dropped as duplicates (dedup: exact)"] if kinds[DUPLICATE] else []
+    fates += [f"{kinds[NO_TRAINED_TURN]} dropped with no turn to train (train_turns)"] if kinds[
+        NO_TRAINED_TURN] else []
     total = stats.conversations_read + stats.empty_renders + len(skipped)
     wide = template_wide(skipped, written)
     if wide:

@@ -268,7 +268,7 @@ def test_schema_of_another_format_is_named(tmp_path):
     with pytest.raises(BuildError, match=r"^dataset org/chats@1{40}: data/train-00000-of-00002.parquet: schema: "
                                          r"missing column 'messages' \(expected messages: list<struct<content: "
                                          r"string, role: string, and optionally tool_calls, tool_call_id, name, "
-                                         r"reasoning_content, thinking, reasoning>>, optionally tools\)$"):
+                                         r"reasoning_content, thinking, reasoning, train>>, optionally tools\)$"):
         make(config, tmp_path / "out", progress=False)
 
 

@@ -28,7 +28,8 @@ def _check_date(where: str, value) -> None:
 
 TOP_KEYS = {"name", "description", "source", "sources", "tokenizer", "template_kwargs", "loss_mask", "seed",
             "row_tokens", "rows", "separator", "on_bad_conversation", "chat_template_name", "end_of_turn",
-            "packing", "packing_window", "overlong", "pad_token", "history", "render_timeout", "dedup"}
+            "packing", "packing_window", "overlong", "pad_token", "history", "render_timeout", "dedup",
+            "train_turns"}
 # What the machine can index: row offsets are int32 (seq_start_id), token counts int64, and seeds an
 # int64 for every reader of the manifest and the recipe.
 BOUNDS = {"row_tokens": 2**31 - 1, "rows": 2**63 - 1, "seed": 2**63 - 1}
@@ -163,6 +164,11 @@ def load_config(path: str | os.PathLike) -> BuildConfig:
     dedup = _take(raw, "dedup", str, where, "none")
     if dedup not in DEDUP_POLICIES:
         raise _fail(where, "dedup", dedup, f"expected one of {', '.join(DEDUP_POLICIES)}")
+    from ..encode.turns import DEFAULT_TRAIN_TURNS, TRAIN_TURNS
+
+    train_turns = _take(raw, "train_turns", str, where, DEFAULT_TRAIN_TURNS)
+    if train_turns not in TRAIN_TURNS:
+        raise _fail(where, "train_turns", train_turns, f"expected one of {', '.join(TRAIN_TURNS)}")
     config = BuildConfig(
         name=_take(raw, "name", str, where),
         sources=_sources(raw, where, base),
@@ -181,6 +187,7 @@ def load_config(path: str | os.PathLike) -> BuildConfig:
         history=history,
         render_timeout=_render_timeout(raw.get("render_timeout", DEFAULT_RENDER_TIMEOUT), where),
         dedup=dedup,
+        train_turns=train_turns,
     )
     if not re.match(r"^[A-Za-z0-9._-]+$", config.name):
         raise _fail(where, "name", config.name, "use letters, digits, '.', '_' and '-' only")

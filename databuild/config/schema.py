@@ -87,6 +87,7 @@ class BuildConfig:
     # seconds a render may take (encode/render.py: time_limit); the rows do not depend on it, so no manifest holds it
     render_timeout: float = field(default=DEFAULT_RENDER_TIMEOUT, compare=False)
     dedup: str = "none"  # exact: conversations the same after sources/dedup.py's normalisation kept once
+    train_turns: str = "all"  # which of the supervised turns train: all, last, flagged (encode/turns.py)
 
     @property
     def rows_spelled(self) -> int | str:

@@ -9,7 +9,7 @@ never the output.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Iterable
 
@@ -20,7 +20,8 @@ from ..encode.inference import DEFAULT_HISTORY, HistoryRewritten, Sample, StopTo
 from ..encode.masks import check_final_answers_only, muse_spark_spans, spans_to_mask
 from ..encode.placement import MaskError, place_fields
 from ..encode.render import Renderer, RenderTimedOut
-from ..sources.bad import (HISTORY_REWRITTEN, MASK_ERROR, STOP_TOKEN_IN_FIELD, TEMPLATE_ERROR, Problem,
+from ..encode.turns import DEFAULT_TRAIN_TURNS, NoTrainedTurn, selected, tagged_turns, without_flags
+from ..sources.bad import (HISTORY_REWRITTEN, MASK_ERROR, NO_TRAINED_TURN, STOP_TOKEN_IN_FIELD, TEMPLATE_ERROR, Problem,
                            shown_id)
 from ..sources.reader import Conversation
 
@@ -42,6 +43,8 @@ class TokenizedConversation:
     prompt_tokens_differ: int = 0  # turns whose prompt tokenized alone is not the start of these tokens
     part: int = 0  # its sample among those of a conversation expanded by the history policy
     parts: int = 1  # the conversation's samples: more than one when expanded
+    turns_not_trained: int = 0  # on its first sample: turns the strategy supervises that train_turns leaves out
+    samples_not_written: int = 0  # on its first sample: expanded samples left out, their turn not trained
 
 
 def switch_off_truncation_and_padding(backend) -> dict:
@@ -78,10 +81,11 @@ class Encoder:
     """Render + tokenize + mask for one batch; holds only picklable state for worker processes."""
 
     def __init__(self, tokenizer, renderer: Renderer, loss_mask: str, end_of_turn: Iterable[str] = (),
-                 stops: Iterable[str] = (), history: str = DEFAULT_HISTORY):
+                 stops: Iterable[str] = (), history: str = DEFAULT_HISTORY, train_turns: str = DEFAULT_TRAIN_TURNS):
         self.renderer = renderer
         self.loss_mask = loss_mask
         self.history = history
+        self.train_turns = train_turns
         special = {t.content for t in tokenizer.added_tokens_decoder.values() if t.special}
         self.special_ids = frozenset(i for i, t in tokenizer.added_tokens_decoder.items() if t.special)
         self.end_of_turn, self.end_of_turn_from = end_of_turn_tokens(tokenizer, end_of_turn, special, stops,
@@ -103,7 +107,7 @@ class Encoder:
         self._backend = Tokenizer.from_str(state["backend_json"])
 
     def render(self, batch: list[Conversation]) -> list[Rendered | Problem]:
-        return [self._render(c) for c in batch]
+        return [self._render(_unflagged(c)[0]) for c in batch]
 
     def _render(self, conversation: Conversation) -> Rendered | Problem:
         if conversation.problem is not None:
@@ -138,31 +142,43 @@ class Encoder:
                                  self.special_tokens)
         check_final_answers_only(messages)
         placed = place_fields(messages, conversation.tools, text, render)
-        return [Sample(text, tuple(muse_spark_spans(messages, text, placed)), declared=True)]
+        answers = tuple((k, k) for k, m in enumerate(messages) if m.get("role") == "assistant" and m.get("content"))
+        return [Sample(text, tuple(muse_spark_spans(messages, text, placed)), declared=True, turns=answers)]
 
     def finish(self, batch: list[Conversation], rendered: list[Rendered | Problem],
                encodings: list) -> list[TokenizedConversation]:
-        found = [item if isinstance(item, Problem) else self._samples_or_problem(conversation, *item)
-                 for conversation, item in zip(batch, rendered)]
+        unflagged = [_unflagged(c) for c in batch]
+        batch = [conversation for conversation, _ in unflagged]
+        found = [item if isinstance(item, Problem) else self._samples_or_problem(conversation, flags, *item)
+                 for (conversation, flags), item in zip(unflagged, rendered)]
         # the samples of expanded conversations, tokenized together on the Rust threads
-        expanded = [s.text for samples, item in zip(found, rendered)
-                    if not isinstance(samples, Problem) and not _own_render(samples, item) for s in samples]
+        expanded = [s.text for chosen, item in zip(found, rendered)
+                    if not isinstance(chosen, Problem) and not _own_render(chosen[0], item) for s in chosen[0]]
         extra = iter(self._backend.encode_batch(expanded, add_special_tokens=False) if expanded else ())
         out = []
-        for conversation, samples, item, encoding in zip(batch, found, rendered, encodings):
-            if isinstance(samples, Problem):
-                out.append(_unbuildable(conversation, samples))
+        for conversation, chosen, item, encoding in zip(batch, found, rendered, encodings):
+            if isinstance(chosen, Problem):
+                out.append(_unbuildable(conversation, chosen))
                 continue
+            samples, turns_out, samples_out = chosen
             encodings_of = [encoding] if _own_render(samples, item) else [next(extra) for _ in samples]
             try:
-                out += self._tokenized(conversation, samples, encodings_of)
+                tokenized = self._tokenized(conversation, samples, encodings_of)
+                out.append(replace(tokenized[0], turns_not_trained=turns_out, samples_not_written=samples_out))
+                out += tokenized[1:]
             except MACHINE_LIMITS as exc:
                 raise _machine_limit(conversation, exc) from None
         return out
 
-    def _samples_or_problem(self, conversation: Conversation, text: str, generation: list | None):
+    def _samples_or_problem(self, conversation: Conversation, flags, text: str, generation: list | None):
+        """(the samples train_turns keeps, turns it leaves out, samples it leaves out), or the Problem."""
         try:
-            return self.samples(conversation, text, generation)
+            samples = self.samples(conversation, text, generation)
+            return selected(samples, conversation.messages, self.train_turns, flags,
+                            lambda sample: sample.turns or tagged_turns(conversation.messages, sample.spans, sample.text,
+                                                                        self.renderer.render, conversation.tools))
+        except NoTrainedTurn as exc:
+            return Problem(NO_TRAINED_TURN, str(exc))
         except MaskError as exc:
             return Problem(_KINDS.get(type(exc), MASK_ERROR), str(exc), exc.fix)
         except MACHINE_LIMITS as exc:
@@ -240,6 +256,12 @@ def _machine_limit(conversation: Conversation, exc: BaseException) -> BuildError
 
 
 _KINDS = {StopTokenInField: STOP_TOKEN_IN_FIELD, HistoryRewritten: HISTORY_REWRITTEN}
+
+
+def _unflagged(conversation: Conversation) -> tuple[Conversation, tuple[bool | None, ...] | None]:
+    """The conversation as the template is given it (without its messages' train flags), and the flags."""
+    messages, flags = without_flags(conversation.messages)
+    return (conversation if flags is None else replace(conversation, messages=messages)), flags
 
 
 def _own_render(samples, item) -> bool:

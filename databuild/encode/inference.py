@@ -61,6 +61,7 @@ class Sample:
     spans: tuple[tuple[int, int], ...]
     unclosed: int = 0  # its turns the render ends in, before any stop token (GLM's last turn)
     declared: bool = False  # spans the template declares (generation tags) or muse_spark places, not inferred
+    turns: tuple[tuple[int, int], ...] = ()  # each span's turn: its first and last message; () when not known
 
 
 def stop_pattern(stops: frozenset[str]) -> re.Pattern:
@@ -233,7 +234,7 @@ def infer_samples(messages, tools, text: str, render: Callable[..., str], stops:
         end = len(own) if stop is None else stop.end()
         check_written(messages, turn, own[turn.prompt:end])
         span = (turn.prompt, end)
-        samples.append(Sample(own, (span,), int(stop is None)))
+        samples.append(Sample(own, (span,), int(stop is None), turns=((turn.first, turn.last),)))
         if text[:end] == own[:end]:  # the turn as trained is the turn as generated, through its stop
             whole.append(span)
         elif history == "refuse":
@@ -241,5 +242,6 @@ def infer_samples(messages, tools, text: str, render: Callable[..., str], stops:
                                    "differently in the whole conversation than when it was generated); history: "
                                    "expand builds one sample per turn")
     if len(whole) == len(turns):
-        return [Sample(text, tuple(whole), sum(s.unclosed for s in samples))]
+        return [Sample(text, tuple(whole), sum(s.unclosed for s in samples), turns=tuple(t for s in samples
+                                                                                         for t in s.turns))]
     return samples

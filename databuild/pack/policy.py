@@ -92,6 +92,8 @@ def _rendered(conversations: Iterable[TokenizedConversation], stats: PackStats) 
         stats.empty_assistant_turns += conversation.empty_assistant_turns
         stats.unclosed_turns += conversation.unclosed_turns
         stats.prompt_tokens_differ += conversation.prompt_tokens_differ
+        stats.turns_not_trained += conversation.turns_not_trained
+        stats.samples_not_written += conversation.samples_not_written
         if conversation.parts > 1 and conversation.part == 0:
             stats.history_expanded[conversation.source] += 1
             stats.expanded_samples[conversation.source] += conversation.parts

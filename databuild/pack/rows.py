@@ -38,6 +38,8 @@ class PackStats:
     conversations_by_source: Counter = field(default_factory=Counter)  # with tokens in kept rows, each once
     history_expanded: Counter = field(default_factory=Counter)  # by source: conversations expanded (history)
     expanded_samples: Counter = field(default_factory=Counter)  # by source: the samples they gave
+    turns_not_trained: int = 0  # in the conversations passed to the policy: turns train_turns leaves out
+    samples_not_written: int = 0  # expanded samples left out, their turn not trained (train_turns)
     tokens_by_source: Counter = field(default_factory=Counter)  # tokens in kept rows, padding excluded
     continued_rows: list[int] = field(default_factory=list)  # kept rows whose Row.continues
     # For the funnel (publish/funnel.py), by stream position (one per conversation of the stream, each

@@ -96,6 +96,7 @@ def build_manifest(record: BuildRecord) -> dict[str, Any]:
             "end_of_turn": encoder_pins.get("end_of_turn"),
             "end_of_turn_from": encoder_pins.get("end_of_turn_from"),
             "history": config.history,
+            "train_turns": config.train_turns,
             "dedup": {"policy": config.dedup, **({"key": DEDUP_RULE} if config.dedup == "exact" else {})},
             "packing": packing.record(),
         },
@@ -120,6 +121,8 @@ def build_manifest(record: BuildRecord) -> dict[str, Any]:
             "unclosed_turns": stats.unclosed_turns,
             "prompt_tokens_differ": stats.prompt_tokens_differ,
             "history_expanded": history_expanded(stats),
+            "train_turns": {"turns_not_trained": stats.turns_not_trained,
+                            "samples_not_written": stats.samples_not_written},
             "rows_skipped": {NO_SUPERVISED_TOKEN: stats.rows_skipped_unsupervised},
             **({} if packing.policy == "concat" else {"overlong_conversations": {
                 kind: stats.overlong[kind] for kind in OVERLONG_COUNTS.values()}}),

@@ -30,6 +30,8 @@ HISTORY_REWRITTEN = "history_rewritten"  # the template rewrites history and the
 SKIPPED_KINDS = (MALFORMED, TEMPLATE_ERROR, MASK_ERROR, STOP_TOKEN_IN_FIELD, HISTORY_REWRITTEN)
 OVERLONG = "overlong"  # longer than a row under overlong: error (the packer's setting, never skipped)
 DUPLICATE = "duplicate"  # dedup: exact found an earlier conversation the same (sources/dedup.py): always dropped
+NO_TRAINED_TURN = "no_trained_turn"  # train_turns leaves none of its turns (encode/turns.py): always dropped
+DROPPED_KINDS = (DUPLICATE, NO_TRAINED_TURN)  # dropped and counted whatever on_bad_conversation says
 
 
 class Problem(NamedTuple):
@@ -110,13 +112,14 @@ def buildable(tokenized: Iterable[TokenizedConversation], policy: str, files: li
               skipped: list[BadConversation]) -> Iterator[TokenizedConversation]:
     """The stream without the conversations that cannot be built (malformed, refused by the template,
     or unmaskable), each skipped into `skipped` or stopping the build, as `policy` says; and without
-    the duplicates dedup: exact marked, each into `skipped` whatever the policy."""
+    the duplicates dedup: exact marked and the conversations train_turns leaves without a trained
+    turn, each into `skipped` whatever the policy."""
     for conversation in tokenized:
         if conversation.problem is None:
             yield conversation
             continue
         bad = bad_conversation(files, conversation.index, conversation.id, conversation.problem)
-        skipped += [bad] if bad.kind == DUPLICATE else on_bad_conversation(policy, [bad])
+        skipped += [bad] if bad.kind in DROPPED_KINDS else on_bad_conversation(policy, [bad])
 
 
 # What a user changes when every conversation is refused the same way: the config, not the data.

@@ -7,7 +7,9 @@ documents for tool calling and reasoning, carried as the source wrote them: `too
 calls, each wrapped, `{id?, type?, function: {name, arguments}}`, or flat, `{id?, type?, name,
 arguments}`, the arguments a JSON string or an object, each kept in its form: the templates read
 both shapes, `tool_call.function is defined`), `tool_call_id` and `name` (on a tool result), and a
-reasoning trace under any of `reasoning_content`, `thinking`, `reasoning`. In the normalised record
+reasoning trace under any of `reasoning_content`, `thinking`, `reasoning`; and `train` (true or
+false: whether the turn trains, read under `train_turns: flagged`; the template is never given it).
+In the normalised record
 those fields travel as one JSON object text per message (`fields`, null for a plain message, so
 plain chat costs one null column), and so does a content of parts (under `content`, the `content`
 column then null); the conversation's `tools` as JSON text too. JSON text keeps every value exact
@@ -25,7 +27,8 @@ from ..encode.transformers_private import REASONING_FIELDS
 from ..utils import json_depth
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
-EXTRA_FIELDS = ("tool_calls", "tool_call_id", "name") + REASONING_FIELDS  # beside role and content
+TRAIN = "train"  # a message's training flag (encode/turns.py): a boolean, read under train_turns: flagged
+EXTRA_FIELDS = ("tool_calls", "tool_call_id", "name") + REASONING_FIELDS + (TRAIN,)  # beside role and content
 
 
 def _type(value: Any) -> str:
@@ -90,6 +93,11 @@ def field_problem(key: str, value: Any, role: str | None) -> str | None:
     carried as it is, or None."""
     if key == "content":
         return content_problem(value)
+    if key == TRAIN:
+        if not isinstance(value, bool):
+            return f"train is {_type(value)}, not true or false"
+        return None if role == "assistant" or value is False else (
+            f"train: true on a {role!r} message (only an assistant turn, which the model writes, can train)")
     if key != "tool_calls":
         return None if isinstance(value, str) else f"{key} is {_type(value)}, not a string"
     if role != "assistant":

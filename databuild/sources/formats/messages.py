@@ -1,5 +1,5 @@
 """`messages` (Tulu's schema, and TRL's documented tool-calling schema: a `messages` column of
-role/content messages with tool_calls, tool_call_id, name and reasoning fields, and a `tools`
+role/content messages with tool_calls, tool_call_id, name, reasoning and train fields, and a `tools`
 column), and any column mapping of the same shape: which column holds the messages, the names of
 their fields, and of the tools column."""
 
@@ -29,6 +29,7 @@ class MessageColumn(Adapter):
     reasoning_content: str = "reasoning_content"
     thinking: str = "thinking"
     reasoning: str = "reasoning"
+    train: str = "train"
     tools: str = "tools"
     ignore: frozenset[str] = frozenset()
     rules: DataRules = DataRules()
