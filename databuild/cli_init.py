@@ -25,6 +25,14 @@ def _format_option(value: str):
         raise BuildError(f"--format {value}: not a mapping ({str(exc).splitlines()[0]})") from None
 
 
+def _rows_option(value: str | None) -> int | str | None:
+    if value is None or value == "all":
+        return value
+    if not value.isdigit() or int(value) < 1:
+        raise click.BadParameter(f"{value!r}: a count of rows (1 or more), or all")
+    return int(value)
+
+
 @click.command()
 @click.argument("name")
 @click.option("--tokenizer", "tokenizer", required=True, metavar="DIR|ORG/NAME[@REV]",
@@ -35,7 +43,8 @@ def _format_option(value: str):
 @click.option("--format", "formats", multiple=True, metavar="NAME|MAPPING",
               help="A source's format, once per source in order, where detection cannot decide: messages, "
                    "sharegpt, prompt_completion, '{messages: COL, role: F, content: F}', or auto.")
-@click.option("--rows", type=click.IntRange(min=1), help="Rows the build keeps.")
+@click.option("--rows", callback=lambda context, parameter, value: _rows_option(value), metavar="N|all",
+              help="Rows the build keeps; all: every row the sources give.")
 @click.option("--row-tokens", type=click.IntRange(min=1), help="Tokens per row.")
 @click.option("--split", default="train", show_default=True, help="The split every source is read from.")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="The permutation's seed.")
@@ -47,7 +56,9 @@ def _format_option(value: str):
               help="A token closing assistant turns on a template without generation tags (default: the "
                    "tokens generation_config.json stops on).")
 @click.option("--chat-template-name", help="Which of the tokenizer's named chat templates renders.")
-@click.option("--on-bad-conversation", type=click.Choice(["error", "skip"]), default="error", show_default=True)
+@click.option("--on-bad-conversation", type=click.Choice(["error", "skip"]), default="skip", show_default=True,
+              help="skip: a conversation that cannot be built is left out and counted by kind (make's summary, the "
+                   "manifest), so one's own data builds as it stands; error: the build stops at the first.")
 @click.option("-o", "--out", type=click.Path(dir_okay=False, path_type=Path),
               help="Where to write the config. Default: configs/NAME.yaml.")
 @click.option("--offline", is_flag=True, help="Use the hub cache only (as HF_HUB_OFFLINE=1).")
@@ -65,6 +76,7 @@ def init(name, tokenizer, sources, formats, rows, row_tokens, split, seed, loss_
     \b
     Examples:
       databuild init my-sft --tokenizer ./phi-3-mini --source ./tulu --source ./sharegpt --rows 1000 --row-tokens 4096
+      databuild init mine --tokenizer ./tok --source ./my-data --rows all --row-tokens 4096
       databuild init my-sft --tokenizer Qwen/Qwen2.5-7B-Instruct --source allenai/tulu-3-sft-mixture \\
           --rows 6400 --row-tokens 8192 --offline
       databuild make my-sft
@@ -74,7 +86,7 @@ def init(name, tokenizer, sources, formats, rows, row_tokens, split, seed, loss_
     options = InitOptions(name, tokenizer, tuple(sources), row_tokens, rows, out, tuple(map(_format_option, formats)),
                           split, seed, loss_mask, packing, current_date, tuple(end_of_turn), chat_template_name,
                           on_bad_conversation, offline, force)
-    path, config = init_config(options)
+    path, config, decided = init_config(options)
     click.echo(f"{path}")
     def pinned(entry) -> str:
         return f"{len(entry['sha256'])} file{'s' if len(entry['sha256']) != 1 else ''} pinned"
@@ -85,6 +97,5 @@ def init(name, tokenizer, sources, formats, rows, row_tokens, split, seed, loss_
         click.echo(f"  source {number}  {where} ({fmt}, {pinned(source)})")
     click.echo(f"  tokenizer {config['tokenizer'].get('repo') or config['tokenizer'].get('dir')} "
                f"({pinned(config['tokenizer'])})")
-    if "end_of_turn" in config:
-        click.echo(f"  end_of_turn {', '.join(config['end_of_turn'])}")
+    click.echo("decided (each with a comment in the config):\n" + "\n".join(f"  {line}" for line in decided))
     click.echo(f"next: databuild make {path if options.out else name}")

@@ -6,6 +6,7 @@ the same pins (hashed here with hashlib). And what init cannot decide, it asks f
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -204,3 +205,75 @@ def test_init_resolves_a_branch_over_http_then_make_builds_offline(tmp_path):
                             "--out", str(tmp_path / "out")], capture_output=True, text=True, cwd=REPO,
                            env={**os.environ, **env}, timeout=300)
     assert built.returncode == 0, built.stderr
+
+
+def own_data_with_bad_conversations(tmp_path):
+    """Forty fixture conversations with a column no format reads and four that cannot be built: an
+    answer spelling the tokenizer's EOS, one spelling the end of turn, an unknown role, no messages."""
+    rows = [{"id": r["id"], "messages": r["messages"], "note": "kept aside"}
+            for r in pq.read_table(sorted((SOURCE_DIR / "data").glob("*.parquet"))[0]).slice(0, 40).to_pylist()]
+    next(m for m in rows[3]["messages"] if m["role"] == "assistant")["content"] += " then <|endoftext|> more"
+    next(m for m in rows[5]["messages"] if m["role"] == "assistant")["content"] += " <|im_end|>"
+    rows[7]["messages"][0]["role"] = "usr"
+    rows[9]["messages"] = []
+    directory = tmp_path / "my-data"
+    (directory / "data").mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist(rows), directory / "data" / "train-00000-of-00001.parquet")
+    return directory
+
+
+def test_inits_config_for_ones_own_data_builds_as_it_stands(tmp_path):
+    """Ordinary data holds a few conversations that cannot be built: init's config skips and counts
+    them (the recipe configs stop at the first instead), and init says on the console what it decided."""
+    tok = chatml_tokenizer(tmp_path, eos_token_id=[5, 7])
+    data = own_data_with_bad_conversations(tmp_path)
+    made = databuild("init", "mine", "--tokenizer", tok, "--source", data, "--rows", "all", "--row-tokens", 256,
+                     cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    decided = made.stdout.split("decided (each with a comment in the config):\n")[1].splitlines()
+    assert decided[:5] == [
+        "  source 0 format: messages (detected from the schema (columns messages))",
+        "  source 0 ignore_fields: note (columns the format does not read, left out on purpose; each is named in the "
+        "config)",
+        "  loss_mask: assistant (the template has no generation tags: each turn's target found by rendering it as "
+        "inference does)",
+        "  end_of_turn: <|endoftext|>, <|im_end|> (generation_config.json's eos_token_id: the tokens generate stops "
+        "on; EOS <|endoftext|>)",
+        "  on_bad_conversation: skip (a conversation that cannot be built is left out and counted by kind in make's "
+        "summary and the manifest)"]
+    text = (tmp_path / "configs" / "mine.yaml").read_text()
+    assert "on_bad_conversation: skip # skip: a conversation that cannot be built is left out and counted" in text
+    assert "rows: all #" in text
+    built = databuild("make", "mine", cwd=tmp_path)
+    assert built.returncode == 0, built.stderr
+    assert re.search(r"dropped: malformed +2\n", built.stdout) and re.search(
+        r"dropped: stop token in field +2\n", built.stdout)
+    manifest = json.loads((tmp_path / "build" / "mine.manifest.json").read_text())
+    assert manifest["counts"]["conversations_skipped"]["stop_token_in_field"] == 2
+    assert sorted(s["id"] for s in manifest["skipped_conversations"]) == ["tiny-0003", "tiny-0005", "tiny-0007",
+                                                                          "tiny-0009"]
+
+
+def test_the_recipe_configs_stop_at_a_bad_conversation():
+    from databuild.config import load_config
+
+    for path in sorted((REPO / "configs").glob("*.yaml")):
+        assert load_config(path).on_bad_conversation == "error", path
+
+
+@pytest.mark.parametrize("template, variables", [
+    ("qwen3", ("enable_thinking",)),  # content and reasoning_content are its copies of message fields
+    ("glm4moe", ("enable_thinking",)),
+    ("qwen3_5_think", ("add_vision_id", "enable_thinking")),  # content is a macro's parameter there
+    ("llama3_1", ("builtin_tools", "custom_tools", "date_string", "tools_in_user_message")),  # defaults if undefined
+    ("gptoss", ("builtin_tools", "model_identity", "reasoning_effort")),
+    ("smollm3", ("enable_thinking", "python_tools")),
+    ("qwen2_5", ()),
+])
+def test_init_names_only_real_template_variables(template, variables):
+    """The template_kwargs a template reads, from its AST: not the locals it copies message fields into,
+    nor a macro's parameters, nor loop variables; a variable it gives a default when undefined is one."""
+    from databuild.scaffold.template import _variables
+
+    text = (REPO / "tests" / "fixtures" / "templates" / "real" / f"{template}.jinja").read_text()
+    assert _variables({"default": text}) == variables

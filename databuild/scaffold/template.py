@@ -32,14 +32,24 @@ class Inspected:
 
 
 def _variables(templates: dict[str, str]) -> tuple[str, ...]:
-    from jinja2 import meta
+    """The variables a template reads from what the render is given (template_kwargs), from its AST.
+    jinja2.meta lists every name read where it may not be assigned yet, which takes in the template's
+    own locals set in some branch (Qwen3 copies message.content and message.reasoning_content into
+    `content` and `reasoning_content`; a macro's parameters). A name the template assigns (set, for,
+    a macro's parameter) is its own local, unless the template asks whether it is defined (Llama
+    3.1's `{% if not date_string is defined %}{% set date_string = ... %}`: a variable with a default)."""
+    from jinja2 import meta, nodes
 
     from ..encode import transformers_private
 
     found: set[str] = set()
     for text in templates.values():
-        environment = transformers_private.template_environment(text)
-        found |= meta.find_undeclared_variables(environment.parse(text))
+        tree = transformers_private.template_environment(text).parse(text)
+        parameters = {n.name for n in tree.find_all(nodes.Name) if n.ctx == "param"}
+        stored = {n.name for n in tree.find_all(nodes.Name) if n.ctx == "store"}
+        asked = {t.node.name for t in tree.find_all(nodes.Test)
+                 if t.name in ("defined", "undefined") and isinstance(t.node, nodes.Name)} - parameters
+        found |= meta.find_undeclared_variables(tree) - parameters - (stored - asked)
     return tuple(sorted(found - SET_BY_RENDER))
 
 

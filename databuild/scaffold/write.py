@@ -26,7 +26,7 @@ class InitOptions:
     tokenizer: str  # a folder, or REPO[@REVISION]
     sources: tuple[str, ...]  # each a folder, or REPO[@REVISION]
     row_tokens: int | None = None
-    rows: int | None = None
+    rows: int | str | None = None  # a count, or "all"
     out: Path | None = None  # default configs/NAME.yaml
     formats: tuple[str | dict, ...] = ()  # one per source when given ("auto": detect)
     split: str = "train"
@@ -36,7 +36,7 @@ class InitOptions:
     current_date: str | None = None
     end_of_turn: tuple[str, ...] = ()
     chat_template_name: str | None = None
-    on_bad_conversation: str = "error"
+    on_bad_conversation: str = "skip"  # one's own data builds as it stands; the recipe configs keep error
     offline: bool = False
     force: bool = False
 
@@ -119,16 +119,21 @@ def compose(options: InitOptions, tokenizer: Located, inspected: Inspected,
     config["row_tokens"] = options.row_tokens
     config.yaml_add_eol_comment("tokens per row", "row_tokens")
     config["rows"] = options.rows
-    config.yaml_add_eol_comment("rows the build keeps; make fails, naming its counts, if the sources run out", "rows")
+    config.yaml_add_eol_comment("rows the build keeps; all: every row the sources give" if options.rows == "all" else
+                                "rows the build keeps; make fails, naming its counts, if the sources run out "
+                                "(all: every row they give)", "rows")
     config["packing"] = options.packing
     config.yaml_add_eol_comment("concat: one stream cut into rows; bfd: whole conversations, rows padded", "packing")
     config["on_bad_conversation"] = options.on_bad_conversation
-    config.yaml_add_eol_comment("error: stop at the first conversation that cannot be built; skip: count it",
-                                "on_bad_conversation")
+    config.yaml_add_eol_comment(
+        "skip: a conversation that cannot be built is left out and counted by kind (make's summary lists them, the "
+        "manifest counts them); error: stop at the first" if options.on_bad_conversation == "skip" else
+        "error: stop at the first conversation that cannot be built; skip: leave it out and count it by kind",
+        "on_bad_conversation")
     if inspected.variables:
         config.yaml_set_comment_before_after_key(
-            "loss_mask", before=f"The template also reads {', '.join(inspected.variables)}: set them under "
-                                "template_kwargs to pin them (unset, the template's own default applies).")
+            "loss_mask", before=f"The template also reads the variables {', '.join(inspected.variables)}: set them "
+                                "under template_kwargs to pin them (unset, the template's own default applies).")
     return config
 
 
@@ -145,8 +150,39 @@ def _check_options(options: InitOptions) -> None:
             raise BuildError(f"init cannot decide {option[2:]}: pass {option} N")
 
 
-def init_config(options: InitOptions) -> tuple[Path, CommentedMap]:
-    """Write the config (refusing to replace one unless `force`); return its path and content."""
+def decisions(options: InitOptions, inspected: Inspected, sources: list[tuple[Located, Detected]]) -> list[str]:
+    """What init decided that the user did not give, one line each, for the console: each source's
+    format and why, the columns it leaves out, the targets, the ends of turn, what happens to a
+    conversation that cannot be built, and the template variables left to the template's defaults."""
+    lines = []
+    for number, (located, detected) in enumerate(sources):
+        extras = f"; tool/reasoning fields: {', '.join(detected.extras)}" if detected.extras else ""
+        lines.append(f"source {number} format: {_spelled(detected.format)} ({detected.why}{extras})")
+        if detected.unread:
+            lines.append(f"source {number} ignore_fields: {', '.join(detected.unread)} (columns the format does not "
+                         "read, left out on purpose; each is named in the config)")
+    tags = "from its {% generation %} tags" if inspected.tagged else \
+        "the template has no generation tags: each turn's target found by rendering it as inference does"
+    lines.append(f"loss_mask: {options.loss_mask}" + (f" ({tags})" if options.loss_mask == "assistant" else ""))
+    if inspected.end_of_turn:
+        lines.append(f"end_of_turn: {', '.join(inspected.end_of_turn)} ({inspected.end_of_turn_why}; EOS "
+                     f"{inspected.eos})")
+    lines.append(f"on_bad_conversation: {options.on_bad_conversation}" + (
+        " (a conversation that cannot be built is left out and counted by kind in make's summary and the manifest)"
+        if options.on_bad_conversation == "skip" else " (the build stops at the first conversation it cannot build)"))
+    if inspected.variables:
+        lines.append(f"template variables left to the template's defaults: {', '.join(inspected.variables)} (set them "
+                     "under template_kwargs to pin them)")
+    return lines
+
+
+def _spelled(format_: str | dict) -> str:
+    return format_ if isinstance(format_, str) else "{" + ", ".join(f"{k}: {v}" for k, v in format_.items()) + "}"
+
+
+def init_config(options: InitOptions) -> tuple[Path, CommentedMap, list[str]]:
+    """Write the config (refusing to replace one unless `force`); return its path, its content and
+    what init decided (decisions)."""
     _check_options(options)
     path = (options.out or Path("configs") / f"{options.name}.yaml")
     if path.exists() and not options.force:
@@ -181,4 +217,4 @@ def init_config(options: InitOptions) -> tuple[Path, CommentedMap]:
         partial.unlink()
         raise BuildError(f"init wrote a config its own schema refuses (a bug): {exc}") from None
     os.replace(partial, path)
-    return path, config
+    return path, config, decisions(options, inspected, sources)
