@@ -35,18 +35,18 @@ MAKE = textwrap.dedent("""
     from databuild.cli import main
 
     build.make.__kwdefaults__["window"] = int(sys.argv[3])  # small buckets: spill files smaller than the rows
-    sys.argv = ["databuild", "make", sys.argv[1], "--out", sys.argv[2]]
+    sys.argv = ["databuild", "make", sys.argv[1], "--out", sys.argv[2], *sys.argv[4:]]
     main()
 """)
 
 
-def make_limited(config: Path, out: Path, tmpdir: Path, file_bytes: int, window: int = 8192):
-    """`databuild make` in a child whose files cannot grow past file_bytes."""
+def make_limited(config: Path, out: Path, tmpdir: Path, file_bytes: int, window: int = 8192, *options: str):
+    """`databuild make` in a child whose files cannot grow past file_bytes (`options`: make's, after --out)."""
     def limit():
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails with EFBIG instead of killing the process
         resource.setrlimit(resource.RLIMIT_FSIZE, (file_bytes, file_bytes))
 
-    return subprocess.run([sys.executable, "-c", MAKE, str(config), str(out), str(window)], cwd=REPO, text=True,
+    return subprocess.run([sys.executable, "-c", MAKE, str(config), str(out), str(window), *options], cwd=REPO, text=True,
                           capture_output=True, preexec_fn=limit,
                           env={**os.environ, "TMPDIR": str(tmpdir), "PYTHONDONTWRITEBYTECODE": "1"})
 
@@ -82,6 +82,21 @@ def test_tmpdir_full_during_the_spill(tiny_build, previous, tmp_path):
     assert line.startswith(f"error: {tmp_path / 'tmp'}/databuild-") and "spilling the source failed (" in line
     assert "File too large" in line and "free space in $TMPDIR" in line
     assert list((tmp_path / "tmp").iterdir()) == []  # the spill's directory is gone too
+    intact(previous, tiny_build)
+
+
+def test_tmpdir_full_with_encode_processes(tiny_build, previous, tmp_path, sixteen_cores):
+    # With two encode processes the first write into $TMPDIR is the encoder they read (~100 kB here), before
+    # the spill: it said only "error: No space left on device" (here, "File too large"), no folder, no fix.
+    config = write_config(tmp_path / "c.yaml", seed=7)
+    (tmp_path / "tmp").mkdir()
+    result = make_limited(config, previous, tmp_path / "tmp", 50_000, 8192, "--workers", "2")
+    assert result.returncode == 1
+    line = one_line(result.stderr)
+    assert re.match(rf"error: {tmp_path / 'tmp'}/databuild-[^/]+/encoder.pickle: writing the encoder for the encode "
+                    r"processes failed \(File too large\); the build needs free space in \$TMPDIR: free some, or point "
+                    r"TMPDIR at a larger disk$", line), line
+    assert list((tmp_path / "tmp").iterdir()) == []
     intact(previous, tiny_build)
 
 

@@ -34,7 +34,7 @@ import numpy as np
 from ..encode.encoder import Encoder, TokenizedConversation
 from ..errors import BuildError
 from ..sources.reader import Conversation
-from ..sources.spill_folder import spill_folder
+from ..sources.spill_folder import spill_folder, tmpdir_full
 from .cores import threads_per_worker
 
 if TYPE_CHECKING:
@@ -222,7 +222,10 @@ class LocalEncoding:
             _start_resource_tracker()
             self.folder = spill_folder()  # owned: removed on exit, or by the next make if this one is killed
             encoder_file = Path(self.folder.name) / "encoder.pickle"
-            encoder_file.write_bytes(pickle.dumps(self.encoder))
+            try:
+                encoder_file.write_bytes(pickle.dumps(self.encoder))
+            except OSError as exc:  # said as the spill's is: one process or many, the same line
+                raise tmpdir_full(encoder_file, "writing the encoder for the encode processes", exc) from None
             imported_from = {name: sys.modules[name].__file__ for name in SHARED_IMPORTS if name in sys.modules}
             context = worker_context()
             self.ended = context.Event()

@@ -36,6 +36,7 @@ from ..sources.bad import BadConversation, marked
 from ..sources.dedup import batch_keys
 from ..sources.mixture import Placement
 from ..utils.machine import available_cores
+from ..sources.spill_folder import tmpdir_full
 from ..sources.reader import COLUMNS, RECORD_COUNTS, Conversation, SourceFile, check_batch, iter_batches, with_valid_utf8
 
 PARTS_PER_THREAD = 4  # parts of the source per thread in a pass: small enough to even out the threads' loads
@@ -193,8 +194,7 @@ class Spill:
                 for writer in writers.values():
                     writer.close()
         except OSError as exc:  # a full $TMPDIR, most often (while writing, or closing, a bucket): say where
-            raise BuildError(f"{self.directory}: spilling the source failed ({exc.strerror or exc}); the spill "
-                             "needs free space in $TMPDIR: free some, or point TMPDIR at a larger disk") from None
+            raise tmpdir_full(self.directory, "spilling the source", exc) from None
         self.spilled, self.passes = stop, self.passes + 1
         return found
 

@@ -13,8 +13,17 @@ import socket
 import tempfile
 from pathlib import Path
 
+from ..errors import BuildError
+
 SPILL_PREFIX = "databuild-"
 OWNER_FILE = "owner.json"
+
+
+def tmpdir_full(path: Path | str, what: str, exc: OSError) -> BuildError:
+    """The one line for a write into $TMPDIR that failed (a full disk, most often), whichever process and
+    whichever file: where, and the fix."""
+    return BuildError(f"{path}: {what} failed ({exc.strerror or exc}); the build needs free space in $TMPDIR: "
+                      "free some, or point TMPDIR at a larger disk")
 
 
 def spill_folder() -> tempfile.TemporaryDirectory:
@@ -24,7 +33,11 @@ def spill_folder() -> tempfile.TemporaryDirectory:
     host = socket.gethostname()
     folder = tempfile.TemporaryDirectory(prefix=f"{SPILL_PREFIX}{re.sub(r'[^A-Za-z0-9.]', '_', host)}-{os.getpid()}-")
     owner = {"host": host, "pid": os.getpid(), "started": _started(os.getpid()), "boot": _boot_id()}
-    (Path(folder.name) / OWNER_FILE).write_text(json.dumps(owner), encoding="utf-8")
+    try:
+        (Path(folder.name) / OWNER_FILE).write_text(json.dumps(owner), encoding="utf-8")
+    except OSError as exc:
+        folder.cleanup()
+        raise tmpdir_full(Path(folder.name) / OWNER_FILE, "writing the folder's owner", exc) from None
     return folder
 
 
