@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 
 from ..errors import BuildError
 from .bad import MALFORMED, BadConversation, Problem, bad_conversation
-from .record import REASONING_FIELDS, ROLES
+from .record import REASONING_FIELDS, ROLES, unknown_role
 from .tool_checks import TOOL_COUNTS, tool_call_findings
 
 if TYPE_CHECKING:
@@ -199,8 +199,7 @@ def _malformed_rows(batch: pa.RecordBatch, parent: np.ndarray, starts: np.ndarra
         for item in np.flatnonzero(unknown.to_numpy(zero_copy_only=False)):
             row = int(parent[item])
             if row not in bad:
-                bad[row] = (f"message {item - starts[row]}: unknown role {_text(roles, item)!r} "
-                            f"(expected one of {', '.join(ROLES)})")
+                bad[row] = f"message {item - starts[row]}: {unknown_role(_text(roles, item))}"
         # content may be null only where the message says something else: an assistant turn's tool
         # calls or reasoning (what apply_chat_template documents); the template never sees the key then
         with_fields = dict(zip(parsed[0].tolist(), parsed[1]))

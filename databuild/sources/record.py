@@ -24,6 +24,7 @@ from typing import Any
 import pyarrow as pa
 
 from ..encode.transformers_private import REASONING_FIELDS
+from ..errors import quoted
 from ..utils import json_depth
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
@@ -88,6 +89,10 @@ def content_problem(value: Any) -> str | None:
     return None
 
 
+def unknown_role(role: Any) -> str:
+    return f"unknown role {quoted(role)} (expected one of {', '.join(ROLES)})"
+
+
 def field_problem(key: str, value: Any, role: str | None) -> str | None:
     """Why a message's `key` (one of EXTRA_FIELDS, or `content` when not a string, not null) cannot be
     carried as it is, or None."""
@@ -113,7 +118,10 @@ def field_problem(key: str, value: Any, role: str | None) -> str | None:
 
 def fields_text(fields: dict[str, Any], role: str | None) -> tuple[str | None, str | None]:
     """(the normalised `fields` text of a message's extra fields, in their order, null ones left
-    out; or None when it has none) and why they cannot be carried, or None."""
+    out; or None when it has none) and why they cannot be carried, or None. An unknown role is named first:
+    "tool_calls on a 'asistant' message" would hide the typo, and suggest skipping the conversation."""
+    if isinstance(role, str) and role not in ROLES:  # a null role, or one not UTF-8: the reader names it
+        return None, unknown_role(role)
     present = {key: value for key, value in fields.items() if value is not None}
     if isinstance(present.get("tool_calls"), str):  # the list as JSON text (a string column): parsed
         try:
