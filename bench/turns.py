@@ -92,7 +92,7 @@ def main(argv=None) -> None:
     from conftest import PHI3, TEMPLATES, TOKENIZER_DIR
     from databuild.encode.encoder import Encoder
     from databuild.encode.render import Renderer, load_tokenizer
-    from databuild.sources.reader import Conversation
+    from databuild.records.conversation import Conversation
     from families import FAMILIES, KWARGS, family_tokenizer
 
     maker = ConversationMaker(20261001)

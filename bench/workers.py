@@ -404,7 +404,7 @@ def run_driver(job: dict) -> dict:
     from databuild.pack.rows import PackStats
     from databuild.rowfile.hashes import RowsHasher, SegmentsHasher
     from databuild.rowfile.write import write_rows
-    from databuild.sources.bad import buildable
+    from databuild.records.problems import buildable
 
     config = load_config(job["config"])
     with prepare(config, offline=True) as prepared:

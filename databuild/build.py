@@ -34,17 +34,18 @@ from .inputs.pins import check_unchanged, hashing_in_background
 from .inputs.resolve import ResolvedInputs, resolve_inputs
 from .publish.current import stale_reason
 from .publish.lock import exclusive
-from .publish.manifest import BuildRecord, build_manifest, manifest_path, write_manifest
+from .publish.record import BuildRecord
+from .publish.manifest import build_manifest, manifest_path, write_manifest
 from .publish.manifest_read import read_manifest
 from .pack.bfd import OverlongConversation
-from .pack.policy import Packing, pack, packing_for
-from .pack.rows import PackStats
+from .pack.rows import Packing, PackStats
+from .pack.policy import pack, packing_for
 from .sources.dedup import find_duplicates
 from .sources.mixture import placement
 from .encode.render import Renderer, load_tokenizer
-from .sources.bad import (DUPLICATE, NO_TRAINED_TURN, OVERLONG, SKIPPED_KINDS, BadConversation, Problem, bad_conversation, buildable, marked,
-                          on_bad_conversation, refusal, template_wide)
-from .sources.reader import Conversation
+from .records.problems import (DUPLICATE, NO_TRAINED_TURN, OVERLONG, SKIPPED_KINDS, BadConversation, Problem,
+                               bad_conversation, buildable, marked, on_bad_conversation, refusal, template_wide)
+from .records.conversation import Conversation
 from .sources.spill import Spill, SpilledBatch, expected_prefix
 from .sources.spill_folder import remove_stale_spill_folders, spill_folder
 from .utils.files import file_sha256

@@ -125,7 +125,7 @@ def make(name, out_dir, offline, dataset_dir, tokenizer_dir, workers, batch_size
     """
     from .build import make as run_make
     from .config import resolve_config
-    from .pack.rows import NO_SUPERVISED_TOKEN
+    from .records.row import NO_SUPERVISED_TOKEN
 
     config = _overrides(resolve_config(name), dataset_dir, tokenizer_dir)
     if render_timeout is not None:

@@ -94,7 +94,7 @@ def test_results_cross_from_workers_whole(tiny_config):
 
     from databuild.build import prepare
     from databuild.executors.local import from_columns, to_columns
-    from databuild.sources.bad import Problem
+    from databuild.records.problems import Problem
 
     with prepare(tiny_config) as prepared:
         results = prepared.encoder.encode_batch(list(islice(prepared.conversations(), 9)))

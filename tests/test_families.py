@@ -15,7 +15,7 @@ from agentic import TOOLS, conversation
 from conftest import record_count
 from databuild.encode.encoder import Encoder
 from databuild.encode.render import Renderer
-from databuild.sources.reader import Conversation
+from databuild.records.conversation import Conversation
 from families import FAMILIES, KWARGS, family_tokenizer, pin_transformers_clock
 from inference_reference import reference_rows
 

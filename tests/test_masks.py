@@ -10,7 +10,7 @@ from conftest import PHI3, TEMPLATES, messages, needs_phi3
 from databuild.encode.encoder import Encoder
 from databuild.errors import BuildError
 from databuild.encode.render import Renderer
-from databuild.sources.reader import Conversation
+from databuild.records.conversation import Conversation
 from inference_reference import reference_rows
 
 KWARGS = {"current_date": "2026-10-01", "reasoning_effort": "xhigh"}

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from conftest import PHI3, TOKENIZER_DIR, needs_phi3, write_config
-from databuild.encode.encoder import TokenizedConversation
-from databuild.pack.policy import Packing, pack
-from databuild.pack.rows import PackStats
+from databuild.records.conversation import TokenizedConversation
+from databuild.pack.rows import Packing, PackStats
+from databuild.pack.policy import pack
 
 SEP = 99
 

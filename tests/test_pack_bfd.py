@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from bfd_reference import reference_bfd
-from databuild.encode.encoder import TokenizedConversation
+from databuild.records.conversation import TokenizedConversation
 from databuild.errors import BuildError
 from databuild.pack.bfd import OverlongConversation, best_fit_decreasing
-from databuild.pack.policy import Packing, pack
-from databuild.pack.rows import PackStats
+from databuild.pack.rows import Packing, PackStats
+from databuild.pack.policy import pack
 
 SEP, PAD = 99, 98
 

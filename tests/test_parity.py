@@ -14,7 +14,7 @@ from conftest import PHI3, TOKENIZER_DIR, messages, needs_phi3
 from databuild.encode.encoder import Encoder
 from databuild.encode.render import Renderer, load_tokenizer
 from databuild.errors import BuildError
-from databuild.sources.reader import Conversation
+from databuild.records.conversation import Conversation
 from test_masks import KWARGS, agrees_or_refuses, encode, family, supervised_runs, transformers_mask
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",

@@ -17,7 +17,7 @@ from databuild.encode.placement import place_fields
 from databuild.encode.render import Renderer
 from databuild.rowfile.hashes import RowFormatError, hash_parquet
 from databuild.rowfile.write import WRITER_OPTIONS
-from databuild.sources.reader import Conversation
+from databuild.records.conversation import Conversation
 
 
 def with_padding(parquet, row: int, pad_start: int, target: int) -> None:

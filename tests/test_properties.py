@@ -9,17 +9,16 @@ import hashlib
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from conftest import record_count
-from databuild.encode.encoder import Encoder, TokenizedConversation
+from databuild.encode.encoder import Encoder
+from databuild.records.conversation import TokenizedConversation, Conversation
 from databuild.encode.render import Renderer
-from databuild.pack.policy import Packing, pack
-from databuild.pack.rows import PackStats
+from databuild.pack.rows import Packing, PackStats
+from databuild.pack.policy import pack
 from databuild.rowfile.hashes import ROW_DIGEST_HEX, RowsHasher, hash_parquet
 from databuild.rowfile.write import SCHEMA
-from databuild.sources.reader import Conversation
 
 SEP = 99
 FIXED = settings(derandomize=True, database=None, deadline=None, print_blob=False,

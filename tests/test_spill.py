@@ -144,7 +144,7 @@ def test_batches_of_references_read_as_the_stream(small_groups, tmp_path, window
     exactly as the stream marks it; and it pickles as a reference, not as the text."""
     import pickle
 
-    from databuild.sources.bad import marked
+    from databuild.records.problems import marked
 
     rows = sum(f.rows for f in small_groups)
     spill = Spill(small_groups, Placement.one_each(np.argsort(np.random.default_rng(7).permutation(rows))), window, tmp_path)

@@ -14,7 +14,7 @@ from databuild.config import load_config
 from databuild.encode.encoder import Encoder
 from databuild.encode.render import Renderer
 from databuild.errors import BuildError
-from databuild.sources.reader import Conversation
+from databuild.records.conversation import Conversation
 from inference_reference import reference_rows
 from test_masks import END_OF_TURN, HIDES_EARLIER_ANSWERS, KWARGS, expected_runs, family, supervised_runs, \
     transformers_mask

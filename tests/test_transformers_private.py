@@ -23,7 +23,9 @@ def test_the_pins_the_module_names_are_the_lock_and_the_installed_versions():
 def test_reasoning_fields_are_transformers_own():
     from transformers.utils.chat_template_utils import _REASONING_FIELDS
 
-    assert tuple(private.REASONING_FIELDS) == tuple(_REASONING_FIELDS)
+    from databuild.records.conversation import REASONING_FIELDS
+
+    assert tuple(REASONING_FIELDS) == tuple(_REASONING_FIELDS)
 
 
 def test_messages_lose_their_none_keys_and_have_reasoning_aliased():

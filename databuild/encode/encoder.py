@@ -9,7 +9,7 @@ never the output.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import partial
 from typing import Iterable
 
@@ -21,30 +21,12 @@ from ..encode.masks import check_final_answers_only, muse_spark_spans, spans_to_
 from ..encode.placement import MaskError, place_fields
 from ..encode.render import Renderer, RenderTimedOut
 from ..encode.turns import DEFAULT_TRAIN_TURNS, NoTrainedTurn, selected, tagged_turns, without_flags
-from ..sources.bad import (HISTORY_REWRITTEN, MASK_ERROR, NO_TRAINED_TURN, STOP_TOKEN_IN_FIELD, TEMPLATE_ERROR, Problem,
-                           shown_id)
-from ..sources.reader import Conversation
+from ..records.problems import (HISTORY_REWRITTEN, MASK_ERROR, NO_TRAINED_TURN, STOP_TOKEN_IN_FIELD, TEMPLATE_ERROR,
+                                Problem, shown_id)
+from ..records.conversation import Conversation, TokenizedConversation
 
 
 Rendered = tuple[str, "list[tuple[int, int]] | None"]  # the text, and its generation spans when tracked
-
-
-@dataclass(frozen=True)
-class TokenizedConversation:
-    position: int
-    index: int
-    id: str
-    source: str
-    input_ids: np.ndarray  # int32
-    loss_mask: np.ndarray  # int8, 1 = target
-    problem: Problem | None = None  # when it cannot be built; no tokens then
-    empty_assistant_turns: int = 0  # assistant messages whose content is ""
-    unclosed_turns: int = 0  # turns the render ends in before any stop token (encode/inference.py)
-    prompt_tokens_differ: int = 0  # turns whose prompt tokenized alone is not the start of these tokens
-    part: int = 0  # its sample among those of a conversation expanded by the history policy
-    parts: int = 1  # the conversation's samples: more than one when expanded
-    turns_not_trained: int = 0  # on its first sample: turns the strategy supervises that train_turns leaves out
-    samples_not_written: int = 0  # on its first sample: expanded samples left out, their turn not trained
 
 
 def switch_off_truncation_and_padding(backend) -> dict:

@@ -51,8 +51,8 @@ def probe_problem(encoder) -> tuple[str, str | None] | None:
     """Why the `assistant` strategy cannot mask the template's own render of one plain exchange, and
     the special token that follows the answer there (the end of turn to declare); None when it can,
     or when it does not apply (another strategy, a tagged template, a template that refuses the exchange)."""
-    from ..sources.bad import MASK_ERROR
-    from ..sources.reader import Conversation
+    from ..records.problems import MASK_ERROR
+    from ..records.conversation import Conversation
 
     if encoder.loss_mask != "assistant" or all(encoder.renderer.tagged.values()):
         return None

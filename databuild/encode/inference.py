@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from .placement import MaskError, fail
-from .transformers_private import REASONING_FIELDS
+from ..records.conversation import REASONING_FIELDS
 
 HISTORY_POLICIES = ("expand", "refuse")
 DEFAULT_HISTORY = "expand"

@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from .placement import Placed, fail
-from .transformers_private import REASONING_FIELDS
+from ..records.conversation import REASONING_FIELDS
 
 Spans = list[tuple[int, int]]
 MUSE_ASSISTANT_HEADER = "<|start|>assistant<|channel|>final<|message|>"

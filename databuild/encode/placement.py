@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..errors import BuildError
-from .transformers_private import REASONING_FIELDS
+from ..records.conversation import REASONING_FIELDS
 
 PRIVATE_USE = range(0xE000, 0xF900)
 

@@ -18,14 +18,9 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from typing import Any, Iterator
 
-# transformers' _REASONING_FIELDS (the test checks it): the message keys a reasoning trace may come in.
-# A constant here, so that reading it never imports transformers.
-REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
-
-
 def template_messages(messages: list) -> list[dict]:
     """The messages as apply_chat_template hands them to the template: keys whose value is None
-    dropped, a plain copy, a reasoning trace under any of REASONING_FIELDS also as `thinking` and
+    dropped, a plain copy, a reasoning trace under any of records.conversation.REASONING_FIELDS also as `thinking` and
     `reasoning_content`."""
     from transformers.utils.chat_template_utils import (_alias_reasoning_fields, _normalize_chat_messages,
                                                         _plain_template_data)

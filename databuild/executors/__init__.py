@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 if TYPE_CHECKING:
-    from ..encode.encoder import Encoder, TokenizedConversation
-    from ..sources.reader import Conversation
+    from ..encode.encoder import Encoder
+    from ..records.conversation import TokenizedConversation
+    from ..records.conversation import Conversation
     from ..sources.spill import SpilledBatch
 
 @dataclass(frozen=True)

@@ -31,9 +31,9 @@ from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 import numpy as np
 
-from ..encode.encoder import Encoder, TokenizedConversation
+from ..encode.encoder import Encoder
+from ..records.conversation import TokenizedConversation, Conversation
 from ..errors import BuildError
-from ..sources.reader import Conversation
 from ..sources.spill_folder import spill_folder, tmpdir_full
 from .cores import threads_per_worker
 

@@ -24,9 +24,9 @@ import logging
 import os
 from typing import Iterable, Iterator
 
-from ..encode.encoder import Encoder, TokenizedConversation
+from ..encode.encoder import Encoder
+from ..records.conversation import TokenizedConversation, Conversation
 from ..errors import BuildError, first_line
-from ..sources.reader import Conversation
 from ..utils.versions import library_versions
 from .local import in_order
 

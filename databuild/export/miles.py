@@ -25,7 +25,8 @@ import pyarrow as pa
 
 from ..rowfile.hashes import EXPECTED_TYPES
 from .recipe_text import absolute, comment, shell_array
-from .rows import PADDING_ID, RowBlock
+from ..records.row import PADDING_ID
+from .rows import RowBlock
 from .stream import Format, export_stem
 
 METADATA = pa.struct([pa.field(name, kind) for name, kind in EXPECTED_TYPES.items()])

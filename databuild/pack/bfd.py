@@ -21,16 +21,15 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections import defaultdict, deque
-from typing import TYPE_CHECKING, Iterable, Iterator
+from typing import Iterable, Iterator
 
 import numpy as np
 
-from ..encode.encoder import TokenizedConversation
+from ..records.conversation import TokenizedConversation
 from ..errors import BuildError
-from .rows import PADDING_ID, PackStats, Row
+from ..records.row import PADDING_ID, Row
+from .rows import Packing, PackStats
 
-if TYPE_CHECKING:
-    from .policy import Packing
 
 OVERLONG_COUNTS = {"drop": "dropped", "truncate": "truncated"}
 

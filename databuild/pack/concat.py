@@ -12,15 +12,14 @@ where a conversation, or the continuation of one, starts.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable, Iterator
+from typing import Iterable, Iterator
 
 import numpy as np
 
-from ..encode.encoder import TokenizedConversation
-from .rows import PackStats, Row
+from ..records.conversation import TokenizedConversation
+from .rows import Packing, PackStats
+from ..records.row import Row
 
-if TYPE_CHECKING:
-    from .policy import Packing
 
 
 class _Segments:

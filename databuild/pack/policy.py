@@ -8,15 +8,15 @@ validated against when the config loads.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator
 
-from ..encode.encoder import TokenizedConversation
+from ..records.conversation import TokenizedConversation
 from ..errors import BuildError
 from . import bfd, concat
-from .rows import PackStats, Row
+from .rows import Packing, PackStats
+from ..records.row import Row
 
-Policy = Callable[[Iterable[TokenizedConversation], "Packing", PackStats], Iterator[Row]]
+Policy = Callable[[Iterable[TokenizedConversation], Packing, PackStats], Iterator[Row]]
 
 POLICIES: dict[str, Policy] = {
     "concat": concat.pack_rows,
@@ -29,28 +29,6 @@ OVERLONG_POLICIES = ("drop", "truncate", "error")
 # (8,192-token rows) it pads 0.52% of the tokens, against 0.22% for 4,000 and 0.10% for the whole
 # stream at once, holding ~5 MiB of tokens (bench/README.md, "Packing policies").
 DEFAULT_PACKING_WINDOW = 1000
-
-
-@dataclass(frozen=True)
-class Packing:
-    """What a policy needs: the row length, the separator, and for padding policies the pad token,
-    the window and what to do with a conversation longer than a row."""
-    policy: str
-    row_tokens: int
-    separator: str
-    separator_id: int
-    pad: str | None = None
-    pad_id: int | None = None
-    pad_from: str | None = None  # where the pad token came from: "config", "tokenizer" or "separator"
-    window: int | None = None
-    overlong: str | None = None
-
-    def record(self) -> dict:
-        """The manifest's `build.packing`: everything that decides the rows beyond the stream."""
-        if self.policy == "concat":
-            return {"policy": self.policy}
-        return {"policy": self.policy, "window": self.window, "overlong": self.overlong,
-                "pad": {"token": self.pad, "id": self.pad_id, "from": self.pad_from}}
 
 
 def _token_id(tokenizer, token: str, where, key: str) -> int:

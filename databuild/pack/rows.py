@@ -1,4 +1,5 @@
-"""What every packing policy yields and counts: rows, and the tallies the manifest reports."""
+"""What every packing policy takes and counts: its settings (`Packing`) and the tallies the manifest
+reports (`PackStats`); the rows it yields are records.row.Row."""
 
 from __future__ import annotations
 
@@ -7,19 +8,28 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-PADDING_ID = ""  # the conversation id of a row's final padding segment (real ids are never empty)
-NO_SUPERVISED_TOKEN = "no_supervised_token"  # why a row is skipped (the manifest's counts.rows_skipped)
-
+from ..records.row import PADDING_ID, Row
 
 @dataclass(frozen=True)
-class Row:
-    input_ids: np.ndarray  # int32, row_tokens long
-    loss_mask: np.ndarray  # int8
-    seq_start_id: np.ndarray  # int32, starts with 0, increasing
-    conversation_ids: tuple[str, ...]  # one per segment: whose tokens start at seq_start_id[k]; "" = padding
-    sources: tuple[str, ...]  # the source of each segment's conversation ("" for padding)
-    continues: bool  # its first segment's conversation began in an earlier row (kept or skipped)
-    positions: tuple[int, ...]  # each segment's conversation by its stream position (Conversation.position); -1 padding
+class Packing:
+    """What a policy needs: the row length, the separator, and for padding policies the pad token,
+    the window and what to do with a conversation longer than a row."""
+    policy: str
+    row_tokens: int
+    separator: str
+    separator_id: int
+    pad: str | None = None
+    pad_id: int | None = None
+    pad_from: str | None = None  # where the pad token came from: "config", "tokenizer" or "separator"
+    window: int | None = None
+    overlong: str | None = None
+
+    def record(self) -> dict:
+        """The manifest's `build.packing`: everything that decides the rows beyond the stream."""
+        if self.policy == "concat":
+            return {"policy": self.policy}
+        return {"policy": self.policy, "window": self.window, "overlong": self.overlong,
+                "pad": {"token": self.pad, "id": self.pad_id, "from": self.pad_from}}
 
 
 @dataclass

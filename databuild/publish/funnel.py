@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..sources.bad import OVERLONG, SKIPPED_KINDS
+from ..records.problems import OVERLONG, SKIPPED_KINDS
 
 if TYPE_CHECKING:
-    from .manifest import BuildRecord
+    from .record import BuildRecord
 
 EMPTY_RENDER = "empty_render"
 BOXES = ("rows", "not_taken", "taken", "repeats", "not_reached", "read", "packed", "in_kept_rows", "in_rows_without_target",

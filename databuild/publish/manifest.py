@@ -9,24 +9,21 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..pack.bfd import OVERLONG_COUNTS
-from ..pack.rows import NO_SUPERVISED_TOKEN
-from ..sources.bad import MALFORMED, SKIPPED_KINDS
+from ..records.row import NO_SUPERVISED_TOKEN
+from ..records.problems import MALFORMED, SKIPPED_KINDS
 from ..utils.files import replace_durably
 from ..utils.versions import library_versions
 from ..sources.dedup import DEDUP_RULE, duplicate_record
+from .record import BuildRecord
 from .funnel import funnel, read_per_source, rows_at
 
 if TYPE_CHECKING:
-    from ..config import BuildConfig
-    from ..inputs.resolve import ResolvedInputs
-    from ..pack.policy import Packing
     from ..pack.rows import PackStats
-    from ..sources.bad import BadConversation
+    from ..records.problems import BadConversation
 
 FORMAT = "databuild-manifest/1"
 def manifest_path(parquet: Path) -> Path:
@@ -35,28 +32,6 @@ def manifest_path(parquet: Path) -> Path:
 
 def dumps(manifest: dict[str, Any]) -> str:
     return json.dumps(manifest, indent=2, sort_keys=False, ensure_ascii=False) + "\n"
-
-
-@dataclass(frozen=True)
-class BuildRecord:
-    """What a build's manifest is made of: what it was built from, and what building it gave. Before
-    the first row, the results are those of no row (empty stats and hashes, no parquet)."""
-    config: BuildConfig
-    inputs: ResolvedInputs
-    packing: Packing
-    encoder_pins: dict[str, Any]  # the render and mask set-up (build.encoder_pins)
-    parquet_writer: dict[str, Any]  # the writer's options
-    file_name: str  # of the parquet, without its directory
-    stats: PackStats
-    rows_sha256: str
-    segments_sha256: str
-    row_digests: list[str] = field(default_factory=list)
-    skipped: tuple[BadConversation, ...] = ()  # in the order the packer met them
-    malformed: tuple[BadConversation, ...] = ()  # every malformed conversation the stream holds
-    parquet_sha256: str = ""
-    parquet_bytes: int = 0
-    record_counts: tuple[dict[str, int], ...] = ()  # per source: the spill's RECORD_COUNTS (before the build: none)
-    duplicates: tuple[BadConversation, ...] = ()  # dedup: exact's, in source order (before the build: none)
 
 
 def build_manifest(record: BuildRecord) -> dict[str, Any]:

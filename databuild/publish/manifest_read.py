@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import BuildError
-from ..sources.bad import MALFORMED
+from ..records.problems import MALFORMED
 from ..utils import json_depth
 from .funnel import BOXES as FUNNEL_BOXES
 from .manifest import FORMAT, manifest_path

@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 
 from ..errors import BuildError
 from ..rowfile.hashes import EXPECTED_TYPES, RowsHasher, SegmentsHasher
-from ..pack.rows import Row
+from ..records.row import Row
 from ..utils.files import replace_durably
 
 # Fixed text, so the bytes stay deterministic. Megatron-Bridge reads these very column names but stores

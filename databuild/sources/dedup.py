@@ -27,7 +27,7 @@ from typing import Iterable
 import numpy as np
 import pyarrow as pa
 
-from .bad import DUPLICATE, BadConversation, Problem, bad_conversation
+from ..records.problems import DUPLICATE, BadConversation, Problem, bad_conversation
 
 DEDUP_POLICIES = ("none", "exact")
 DEDUP_RULE = ('sha256(json.dumps({"messages": [[role, NFC(content), fields]], "tools": tools}, sort_keys=True, '

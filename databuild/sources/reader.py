@@ -19,42 +19,18 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..errors import BuildError
-from .bad import MALFORMED, BadConversation, Problem, bad_conversation
-from .record import REASONING_FIELDS, ROLES, unknown_role
+from ..records.problems import MALFORMED, BadConversation, Problem, bad_conversation
+from .record import MESSAGE, ROLES, SOURCE_SCHEMA, unknown_role
+from ..records.conversation import REASONING_FIELDS
 from .tool_checks import TOOL_COUNTS, tool_call_findings
 
 if TYPE_CHECKING:
     from .formats import Adapter
 
-COLUMNS = ["id", "messages", "source", "tools"]
-# A message: role and content, and its other fields (sources/record.py) as one JSON object text, null
-# when it has none; a conversation's tools list as JSON text, null when it has none.
-MESSAGE = pa.struct([("content", pa.string()), ("role", pa.string()), ("fields", pa.string())])
-SOURCE_SCHEMA = pa.schema([("id", pa.string()), ("messages", pa.list_(MESSAGE)), ("source", pa.string()),
-                           ("tools", pa.string())])
 READ_BATCH_ROWS = 4096
 # What the check pass counts of each conversation (manifest counts.sources[i].messages)
 RECORD_COUNTS = ("tool_calls", "tool_results", "reasoning_turns", "conversations_with_tools", *TOOL_COUNTS,
                  "struct_null_keys_dropped")
-
-
-@dataclass(frozen=True)
-class Conversation:
-    """One conversation as every stage from the spill on sees it, whatever the source's schema.
-
-    Each message is a dict of plain JSON values (str, int, float, bool, list, dict, None), the way
-    `apply_chat_template` receives it: `content` (None beside tool calls or reasoning) and `role`,
-    then the fields of sources/record.py that the source gives it, in the source's order
-    (`tool_calls`, `tool_call_id`, `name`, `reasoning_content` / `thinking` / `reasoning`). `tools`
-    is the conversation's tool list (the template's `tools` variable), None when it has none.
-    """
-    position: int  # place in the permuted stream
-    index: int  # row in the concatenated source (files in sorted name order)
-    id: str
-    source: str
-    messages: tuple[dict, ...]
-    problem: Problem | None = None  # when it cannot be built; no messages then
-    tools: list | None = None
 
 
 @dataclass(frozen=True)

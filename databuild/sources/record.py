@@ -23,10 +23,16 @@ from typing import Any
 
 import pyarrow as pa
 
-from ..encode.transformers_private import REASONING_FIELDS
+from ..records.conversation import REASONING_FIELDS
 from ..errors import quoted
 from ..utils import json_depth
 
+COLUMNS = ["id", "messages", "source", "tools"]
+# A message: role and content, and its other fields (EXTRA_FIELDS) as one JSON object text, null
+# when it has none; a conversation's tools list as JSON text, null when it has none.
+MESSAGE = pa.struct([("content", pa.string()), ("role", pa.string()), ("fields", pa.string())])
+SOURCE_SCHEMA = pa.schema([("id", pa.string()), ("messages", pa.list_(MESSAGE)), ("source", pa.string()),
+                           ("tools", pa.string())])
 ROLES = ("system", "developer", "user", "assistant", "tool")
 TRAIN = "train"  # a message's training flag (encode/turns.py): a boolean, read under train_turns: flagged
 EXTRA_FIELDS = ("tool_calls", "tool_call_id", "name") + REASONING_FIELDS + (TRAIN,)  # beside role and content

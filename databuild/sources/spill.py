@@ -32,12 +32,14 @@ import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from ..errors import BuildError
-from ..sources.bad import BadConversation, marked
+from ..records.problems import BadConversation, marked
 from ..sources.dedup import batch_keys
 from ..sources.mixture import Placement
 from ..utils.machine import available_cores
 from ..sources.spill_folder import tmpdir_full
-from ..sources.reader import COLUMNS, RECORD_COUNTS, Conversation, SourceFile, check_batch, iter_batches, with_valid_utf8
+from .record import COLUMNS
+from .reader import RECORD_COUNTS, SourceFile, check_batch, iter_batches, with_valid_utf8
+from ..records.conversation import Conversation
 
 PARTS_PER_THREAD = 4  # parts of the source per thread in a pass: small enough to even out the threads' loads
 # Message bytes per token the first pass provides for: about twice what BPE tokenizers average
@@ -277,7 +279,7 @@ class SpilledBatch:
     """Consecutive conversations of the stream named by where they lie in the bucket files, not by
     their text: what the driver hands a local worker process, which reads them itself. The driver's
     one thread then neither decodes the messages to Python nor pickles them, and the reading is
-    spread over the workers. `read()` gives the conversations, malformed ones marked (sources.bad.marked)."""
+    spread over the workers. `read()` gives the conversations, malformed ones marked (records.problems.marked)."""
     pieces: tuple[tuple[Path, np.ndarray], ...]  # (bucket file, its rows in stream order)
     malformed: dict[int, BadConversation]  # by source row index: the batch's conversations that are malformed
 

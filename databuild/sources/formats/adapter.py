@@ -1,24 +1,21 @@
 """What every format shares: the `id`, `source` and `tools` columns (or their stand-ins), the schema
 checks of a message list, the refusal of columns and fields the format does not know, and the
-Arrow building blocks of the normalised messages column (reader.SOURCE_SCHEMA)."""
+Arrow building blocks of the normalised messages column (record.SOURCE_SCHEMA)."""
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..reader import MESSAGE, SOURCE_SCHEMA
-from ..record import EXTRA_FIELDS, fields_text, json_type_problem, tools_text
+from ...records.problems import FileRows
+from ..record import EXTRA_FIELDS, MESSAGE, SOURCE_SCHEMA, fields_text, json_type_problem, tools_text
 from ..tool_checks import DataRules
 from .structs import call_structs, json_struct, struct_refusal, without_nulls
-
-if TYPE_CHECKING:
-    from ..reader import SourceFile
 
 MESSAGES = SOURCE_SCHEMA.field("messages").type  # list<struct<content, role, fields>>
 INVALID_UTF8 = object()  # stands for a value Arrow holds as bytes that are not UTF-8
@@ -242,7 +239,7 @@ class Adapter:
             texts[row] = text
         return pa.array(texts, pa.string())
 
-    def normalise(self, batch: pa.RecordBatch, file: SourceFile,
+    def normalise(self, batch: pa.RecordBatch, file: FileRows,
                   offset: int) -> tuple[pa.RecordBatch, dict[int, str], Counter]:
         """The batch (whose first row is source row `offset`) as SOURCE_SCHEMA, its refused rows, and
         the keys with a null value dropped from structs, by row (formats/structs.py)."""

@@ -1,6 +1,8 @@
-"""Conversations a build cannot use: what is wrong with one (`Problem`, carried by the conversation
-through the stream), the conversation it is, named by source, file, row and id (`BadConversation`),
-and the one place that applies the config's `on_bad_conversation` to them.
+"""What can happen to a conversation: the kinds of problem that make one unbuildable, each with its
+one-line reason and, when the config is the cause, its fix (`Problem`, carried by the conversation
+through the stream); the conversation it is, named by source, file, row and id (`BadConversation`);
+and the one place that applies the config's `on_bad_conversation` to them (skip and count, or stop
+naming it), and the refusal of one longer than a row (`overlong: error`).
 
 A conversation is found bad up front (malformed, by the spill's check of every row) or where the
 stream renders it (refused by the template, or unmaskable); a conversation longer than a row is
@@ -11,13 +13,9 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, NamedTuple
+from typing import Any, Iterable, Iterator, NamedTuple, Protocol, Sequence, TypeVar
 
 from ..errors import BuildError, quoted
-
-if TYPE_CHECKING:
-    from ..encode.encoder import TokenizedConversation
-    from .reader import Conversation, SourceFile
 
 
 # The kinds of problem. Those of SKIPPED_KINDS can be skipped (on_bad_conversation: skip) and are
@@ -71,7 +69,24 @@ def shown_id(conversation_id: str, limit: int = 60) -> str:
     return quoted(conversation_id, limit)
 
 
-def bad_conversation(files: list[SourceFile], index: int, id: str, problem: Problem) -> BadConversation:
+class FileRows(Protocol):
+    """Where a source file's rows sit in the stream (sources.reader.SourceFile is one)."""
+    name: str  # relative to its source's root
+    source: str  # the config's repo of its source
+    first_index: int  # the source row of its first row
+
+
+class Carried(Protocol):
+    """A conversation as the stream carries it, before or after the tokenizer (records.conversation)."""
+    index: int
+    id: str
+    problem: Problem | None
+
+
+C = TypeVar("C", bound=Carried)
+
+
+def bad_conversation(files: Sequence[FileRows], index: int, id: str, problem: Problem) -> BadConversation:
     """Source row `index`, named by its source, file and row within the file."""
     file = files[bisect.bisect_right([f.first_index for f in files], index) - 1]
     return BadConversation(index, file.name, index - file.first_index, id, problem, file.source)
@@ -99,7 +114,7 @@ def on_bad_conversation(policy: str, found: list[BadConversation]) -> list[BadCo
     return found
 
 
-def marked(conversations: Iterable[Conversation], malformed: dict[int, BadConversation]) -> Iterator[Conversation]:
+def marked(conversations: Iterable[C], malformed: dict[int, BadConversation]) -> Iterator[C]:
     """The stream with each malformed conversation marked as such, so that it is skipped and counted
     where the packer meets it, like any other it cannot build (the count then never depends on how
     far the tokenizer ran ahead)."""
@@ -108,8 +123,8 @@ def marked(conversations: Iterable[Conversation], malformed: dict[int, BadConver
         yield conversation if bad is None else replace(conversation, messages=(), problem=bad.problem)
 
 
-def buildable(tokenized: Iterable[TokenizedConversation], policy: str, files: list[SourceFile],
-              skipped: list[BadConversation]) -> Iterator[TokenizedConversation]:
+def buildable(tokenized: Iterable[C], policy: str, files: Sequence[FileRows],
+              skipped: list[BadConversation]) -> Iterator[C]:
     """The stream without the conversations that cannot be built (malformed, refused by the template,
     or unmaskable), each skipped into `skipped` or stopping the build, as `policy` says; and without
     the duplicates dedup: exact marked and the conversations train_turns leaves without a trained
