@@ -13,13 +13,11 @@ from typing import Any
 
 from ..errors import BuildError
 from ..sources.tool_checks import DataRules
+from ..encode.render import DEFAULT_RENDER_TIMEOUT
 
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 BAD_CONVERSATION_POLICIES = ("error", "skip")
-# A render of a normal template takes milliseconds; one that does not end in a minute will not end (nested loops
-# of range(100000): Jinja's sandbox bounds each range, not their product).
-DEFAULT_RENDER_TIMEOUT = 60.0
 ROWS_ALL = "all"  # `rows: all`: every row the sources give
 
 

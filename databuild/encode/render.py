@@ -22,9 +22,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ..config.schema import DEFAULT_RENDER_TIMEOUT
 from ..errors import BuildError
 from . import transformers_private
+
+# A render of a normal template takes milliseconds; one that does not end in a minute will not end (nested loops
+# of range(100000): Jinja's sandbox bounds each range, not their product).
+DEFAULT_RENDER_TIMEOUT = 60.0
 
 _C_LOCALE_DAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
 _C_LOCALE_MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August",
