@@ -53,8 +53,6 @@ def verify(file: str | Path, *, manifest: str | Path | None = None, recipe: str 
     """Check a row file (or an export, with `source` its native file to re-derive it from and to check
     the hashes or recipe given on) as `databuild verify` does. Returns the report when every check holds
     (its warnings may be non-empty); raises BuildError with the first failure otherwise."""
-    from .verify import verify_file
-
     report, _, hint = verify_file(Path(file), *(Path(p) if p is not None else None for p in (manifest, recipe)),
                             rows_sha256, parquet_sha256, segments_sha256, Path(source) if source is not None else None)
     if report.failures:
@@ -101,3 +99,31 @@ def load(file: str | Path) -> datasets.Dataset:
     hf = HfFormat()
     tables = [hf.convert(block) for block in read_blocks(file)]
     return datasets.Dataset(pa.concat_tables(tables) if tables else hf.schema.empty_table())
+
+
+def verify_file(parquet: Path, manifest: Path | None = None, recipe: Path | None = None,
+                rows_sha256: str | None = None, parquet_sha256: str | None = None,
+                segments_sha256: str | None = None, source: Path | None = None) -> tuple[Report, str, str | None]:
+    """`databuild verify` and `databuild.verify`: a row file against the expectations given (the native
+    verifier, verify.gather), or an export against its manifest and, with `source`, the native file it
+    comes from, the expectations checked on that one (export.check). Which of the two applies is the
+    command's choice, made here, above both, so that exports import the native verifier downward.
+    Returns the report, what was checked, in words, and the `databuild diff` command that explains a
+    failure (diff_hint); raises UsageError for an option that does not
+    apply, UnreadableError for a file that is not there."""
+    from .export.check import export_manifest_of, verify_export
+    from .verify import Expected, UsageError, diff_hint, gather, verify
+
+    described = export_manifest_of(parquet, manifest)
+    if described is not None:
+        expected = Expected([])
+        if any(x is not None for x in (recipe, rows_sha256, parquet_sha256, segments_sha256)):
+            expected = gather(source or parquet, None, recipe, rows_sha256, parquet_sha256, segments_sha256)
+        report = verify_export(parquet, described, source, expected)
+        return report, "the export manifest" + "".join(f", {e.field} of {source}" for e in expected.checks), None
+    if source is not None:
+        raise UsageError(f"{parquet}: --from checks an export against the native file it comes from, and no "
+                         "export manifest describes this file")
+    expected = gather(parquet, manifest, recipe, rows_sha256, parquet_sha256, segments_sha256)
+    report = verify(parquet, expected)
+    return report, ", ".join(sorted({e.field for e in expected.checks})), diff_hint(parquet, expected, report)

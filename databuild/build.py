@@ -1,7 +1,7 @@
 """`databuild make`: the stages wired together, then the results published atomically.
 
 First the inputs are resolved and hashed and the tokenizer loaded; when the build already in the
-output directory is up to date for them (publish/current.py), make returns without taking any lock
+output directory is up to date for them (databuild/current.py), make returns without taking any lock
 or writing anything. Otherwise it takes the output's lock (publish/lock.py), looks again (another
 process may have just built it), and builds. Order of publication, all under the lock: parquet
 written and fsynced under a partial name of this process's own; the source files hashed again (a
@@ -32,7 +32,7 @@ from .errors import BuildError
 from .rowfile.hashes import RowsHasher, SegmentsHasher
 from .inputs.pins import check_unchanged, hashing_in_background
 from .inputs.resolve import ResolvedInputs, resolve_inputs
-from .publish.current import stale_reason
+from .current import stale_reason
 from .publish.lock import exclusive
 from .publish.record import BuildRecord
 from .publish.manifest import build_manifest, manifest_path, write_manifest

@@ -20,7 +20,7 @@ import dataclasses
 import numpy as np
 
 from .errors import BuildError
-from .publish.current import pinned
+from .current import pinned
 from .publish.manifest_diff import Cause, Change, causes, changes
 from .publish.manifest_read import manifest_beside, read_manifest
 from .rowfile.row_digests import RowDigests, RowsDiff, compare_rows, conversation_tokens, digest_rows, from_hex

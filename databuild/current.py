@@ -12,10 +12,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..errors import BuildError
-from .manifest import manifest_path
-from .manifest_diff import ABSENT, changes
-from .manifest_read import read_manifest
+from .errors import BuildError
+from .publish.manifest import manifest_path
+from .publish.manifest_diff import ABSENT, changes
+from .publish.manifest_read import read_manifest
+from .verify import gather, verify
 
 PINNED = ("format", "name", "build", "inputs", "versions")
 SHOWN = 60  # characters of a differing value quoted in a message
@@ -42,8 +43,6 @@ def first_difference(found: Any, expected: Any) -> str | None:
 
 def stale_reason(parquet: Path, expected: dict[str, Any]) -> str | None:
     """None when the build at `parquet` is up to date for the pinned sections `expected`; else why not."""
-    from ..verify import gather, verify
-
     manifest_file = manifest_path(parquet)
     if not manifest_file.exists():
         return "no build there yet" if not parquet.exists() else "its manifest is missing (an interrupted build)"

@@ -215,31 +215,6 @@ def gather(parquet: Path, manifest: Path | None = None, recipe: Path | None = No
     return Expected(expectations, digests, versions, manifest, size)
 
 
-def verify_file(parquet: Path, manifest: Path | None = None, recipe: Path | None = None,
-                rows_sha256: str | None = None, parquet_sha256: str | None = None,
-                segments_sha256: str | None = None, source: Path | None = None) -> tuple[Report, str, str | None]:
-    """`databuild verify`: a row file against the expectations given (gather), or an export against its
-    manifest and, with `source`, the native file it comes from, the expectations checked on that one.
-    Returns the report, what was checked, in words, and the `databuild diff` command that explains a
-    failure (diff_hint); raises UsageError for an option that does not
-    apply, UnreadableError for a file that is not there."""
-    from .export.check import export_manifest_of, verify_export
-
-    described = export_manifest_of(parquet, manifest)
-    if described is not None:
-        expected = Expected([])
-        if any(x is not None for x in (recipe, rows_sha256, parquet_sha256, segments_sha256)):
-            expected = gather(source or parquet, None, recipe, rows_sha256, parquet_sha256, segments_sha256)
-        report = verify_export(parquet, described, source, expected)
-        return report, "the export manifest" + "".join(f", {e.field} of {source}" for e in expected.checks), None
-    if source is not None:
-        raise UsageError(f"{parquet}: --from checks an export against the native file it comes from, and no "
-                         "export manifest describes this file")
-    expected = gather(parquet, manifest, recipe, rows_sha256, parquet_sha256, segments_sha256)
-    report = verify(parquet, expected)
-    return report, ", ".join(sorted({e.field for e in expected.checks})), diff_hint(parquet, expected, report)
-
-
 def diff_hint(parquet: Path, expected: Expected, report: Report) -> str | None:
     """The command that explains a failure, where a manifest says what was expected and the file is readable."""
     if not report.failures or report.unreadable or expected.manifest is None:

@@ -24,6 +24,7 @@ from ..rowfile.hashes import ParquetSummary
 from ..rowfile.write import WRITER_OPTIONS, partial_path
 from ..utils.files import file_sha256, replace_durably
 from ..utils.versions import library_versions
+from ..verify import gather, verify
 from .content import ContentHasher
 from .rows import RowBlock, read_blocks
 
@@ -76,8 +77,6 @@ class ExportResult:
 
 def verified_source(source: Path) -> ParquetSummary:
     """The native file's figures, once it verifies against the manifest beside it; else one line."""
-    from ..verify import gather, verify
-
     source = Path(source)
     try:
         expected = gather(source)

@@ -2,7 +2,7 @@
 
 It holds no time stamp or host name, so the same build writes the same manifest bytes. Its `build`,
 `inputs` and `versions` sections hold only what is fixed before the first row is built: `make`
-compares them with the ones it would write to tell an up-to-date build (publish/current.py).
+compares them with the ones it would write to tell an up-to-date build (databuild/current.py).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """What two manifests say their builds were made from, compared key by key: every difference of the
-pinned sections (publish/current.PINNED), each named by the cause a user would give it.
+pinned sections (databuild/current.PINNED), each named by the cause a user would give it.
 
 `changes` walks two JSON values in step and yields every leaf that differs; make's up-to-date check
-(publish/current.py) takes the first, `databuild diff` all of them.
+(databuild/current.py) takes the first, `databuild diff` all of them.
 """
 
 from __future__ import annotations
