@@ -91,7 +91,8 @@ def pin(config: BuildConfig, offline: bool = False) -> Pinned:
                                       config.render_timeout)
     renderer.compile()
     encoder = Encoder(tokenizer, renderer, config.loss_mask, config.end_of_turn,
-                      generation_stops(inputs.tokenizer_dir, tokenizer), config.history, config.train_turns)
+                      generation_stops(inputs.tokenizer_dir, tokenizer), config.history, config.train_turns,
+                      config.stop_tokens_in_fields)
     probe(encoder)
     return Pinned(config, inputs, packing_for(tokenizer, config), encoder)
 

@@ -88,6 +88,7 @@ def config_for(tmp_path: Path, tokenizer: Path, source: Path, fmt, rows: int, ro
             for n in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")}
     return write_config(tmp_path / "agentic.yaml", name="agentic", loss_mask="assistant", rows=rows,
                         row_tokens=row_tokens, source=None, on_bad_conversation=entry.pop("policy", "error"),
+                        stop_tokens_in_fields=entry.pop("stop_tokens_in_fields", None),  # the default: refuse
                         sources=[{"repo": "org/agentic", "revision": COMMIT, "dir": str(source), "format": fmt,
                                   **entry}], tokenizer={"dir": str(tokenizer), "sha256": pins})
 

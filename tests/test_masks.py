@@ -81,8 +81,8 @@ CASES = {
     "ends with a user turn": messages(("user", "a"), ("assistant", "b"), ("user", "c")),
     "empty assistant content": messages(("user", "Say nothing."), ("assistant", "")),
     "no assistant turn": messages(("system", "x"), ("user", "Anyone?")),
-    "literal special tokens": messages(("user", "What does <|end|> do?"),
-                                       ("assistant", "It ends a turn: <|end|> <|return|>")),
+    "literal special tokens": messages(("user", "What does <|end|> do? And <|return|>, <|im_end|>?"),
+                                       ("assistant", "It ends a turn.")),
     "echo of the user": messages(("user", "Repeat after me: hello world"), ("assistant", "hello world")),
     "assistant text equal to template words": messages(("user", "final"), ("assistant", "assistant")),
     "unicode": messages(("user", "👩‍💻 e\u0301 مرحبا 你好\r\n"), ("assistant", "👨‍👩‍👧 שלום\tok\r\n")),
@@ -114,26 +114,40 @@ def test_echo_is_placed_after_the_user_turn(tokenizer):
     assert header.endswith("hello world<|end|><|start|>assistant<|channel|>final<|message|>")
 
 
-def test_every_fixture_conversation_muse_spark(tokenizer, source_conversations):
-    """Decode the supervised spans of all fixture conversations: assistant contents plus closings."""
+@pytest.mark.parametrize("stop_tokens", ["refuse", "train"])
+def test_every_fixture_conversation_muse_spark(tokenizer, source_conversations, stop_tokens):
+    """Decode the supervised spans of all fixture conversations: assistant contents plus closings; the four
+    whose answer spells <|return|> or <|end|> are refused, unless stop_tokens_in_fields: train (the tiny
+    config's, as the recipe's builder trained them)."""
     renderer = Renderer(tokenizer.chat_template, dict(tokenizer.special_tokens_map), KWARGS)
-    encoder = Encoder(tokenizer, renderer, "muse_spark")
+    encoder = Encoder(tokenizer, renderer, "muse_spark", stop_tokens_in_fields=stop_tokens)
     batch = [Conversation(i, i, cid, "s", msgs) for i, (cid, msgs) in enumerate(source_conversations)]
-    unsupervised = 0
+    unsupervised, refused = 0, []
     for (cid, msgs), out in zip(source_conversations, encoder.encode_batch(batch)):
+        if out.problem is not None:
+            assert out.problem.kind == "stop_token_in_field", cid
+            refused.append(cid)
+            continue
         assert supervised_runs(tokenizer, out.input_ids, out.loss_mask) == expected_runs(msgs), cid
         unsupervised += not out.loss_mask.any()
     assert unsupervised >= 3  # the fixtures' no-assistant and empty-answer conversations
+    assert refused == ([] if stop_tokens == "train" else ["tiny-0095", "tiny-0177", "tiny-0203", "tiny-0249"])
 
 
 @pytest.mark.parametrize("template", ["harmony", "chatml", "llama3_trim", "phi3"])
 @pytest.mark.parametrize("tagged", [True, False])
 def test_every_fixture_conversation_agrees_with_transformers_or_is_refused(tokenizer, source_conversations,
                                                                             template, tagged):
-    """Tagged: transformers' mask token for token. Untagged (inference, declared end of turn): the rule
-    recomputed from transformers' renders, or a refusal with its reason; never a third outcome."""
+    """Tagged: transformers' mask token for token, but for the answers that spell the family's stop token
+    (refused under every strategy). Untagged (inference, declared end of turn): the rule recomputed from
+    transformers' renders, or a refusal with its reason; never a third outcome."""
     outcomes = [agrees_or_refuses(tokenizer, msgs, template, tagged=tagged) for _, msgs in source_conversations]
-    assert outcomes.count("equal") >= (300 if tagged else 250)
+    stops = {tokenizer.eos_token, *END_OF_TURN[template]}
+    spelled = sum(any(stop in (m["content"] or "") for m in msgs if m["role"] == "assistant" for stop in stops)
+                  for _, msgs in source_conversations)
+    if tagged:
+        assert outcomes.count("stop_token_in_field") == spelled
+    assert outcomes.count("equal") >= (300 - spelled if tagged else 250)
 
 
 def test_empty_assistant_content(tokenizer):
@@ -336,3 +350,27 @@ def test_an_empty_set_of_stop_tokens_matches_nothing():
 
     assert stop_pattern(frozenset()).search("<|im_end|> any text") is None
     assert stop_pattern(frozenset({"<|a|>", "<|a|>b"})).search("x<|a|>b").group() == "<|a|>b"
+
+
+STOP_IN_FIELD = [
+    ("content", {"role": "assistant", "content": "It ends a turn: <|end|> here"}, "<|end|>"),
+    ("content", {"role": "assistant", "content": "Done<|return|>"}, "<|return|>"),
+    ("content", {"role": "assistant", "content": "Done<|endoftext|>more"}, "<|endoftext|>"),
+]
+
+
+@pytest.mark.parametrize("key, message, token", STOP_IN_FIELD)
+@pytest.mark.parametrize("strategy, template", [("muse_spark", "harmony"), ("assistant", "harmony"),
+                                                ("assistant", "chatml"), ("assistant", "phi3")])
+def test_a_stop_token_in_an_assistant_field_is_refused_under_every_strategy(tokenizer, strategy, template, key,
+                                                                            message, token):
+    """Issue 29: the model would stop there, so no strategy trains past it: muse_spark (its closings
+    and EOS), and the tagged templates (EOS and the declared ends of turn), not only the inference rule."""
+    ends = (*END_OF_TURN[template], "<|end|>", "<|return|>")  # the tokens each build declares here
+    renderer = Renderer(family(template, tokenizer, tagged=True), dict(tokenizer.special_tokens_map), KWARGS)
+    encoder = Encoder(tokenizer, renderer, strategy, () if strategy == "muse_spark" else ends)
+    assert strategy == "muse_spark" or all(renderer.tagged.values())
+    [out] = encoder.encode_batch([Conversation(0, 0, "c-1", "s", ({"role": "user", "content": "Hi"}, message))])
+    assert out.problem is not None and out.problem.kind == "stop_token_in_field"
+    assert out.problem.reason == (f"assistant message 1: its {key} spells the stop token {token!r}: the model would "
+                                  "have stopped there")

@@ -2,7 +2,8 @@
 `assistant` rows of the untagged template either equal the inference rule recomputed from transformers'
 renders (tests/inference_reference.py), or the conversation is refused with a reason (mask_error,
 stop_token_in_field). Never a third outcome. On tagged templates the mask always equals transformers'
-generation mask. The counts print with `pytest -s`."""
+generation mask, unless an assistant content spells a stop token (refused under every strategy, issue 29).
+The counts print with `pytest -s`."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import PHI3, needs_phi3
-from test_masks import agrees_or_refuses
+from test_masks import END_OF_TURN, agrees_or_refuses
 
 OUTCOMES: Counter = Counter()
 # Pieces that make placement hard: echoes of other turns, whitespace a template may trim, special-token
@@ -29,13 +30,20 @@ SETTINGS = settings(max_examples=150, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 
+def spells_a_stop(tokenizer, msgs, name) -> bool:
+    """Whether an assistant content spells EOS or one of the family's declared ends of turn."""
+    stops = {tokenizer.eos_token, *END_OF_TURN[name]}
+    return any(stop in m["content"] for m in msgs if m["role"] == "assistant" for stop in stops)
+
+
 @pytest.mark.parametrize("name", FAMILIES)
 @SETTINGS
 @given(msgs=CONVERSATION)
 def test_untagged_assistant_mask_equals_transformers_or_is_refused(tokenizer, name, msgs):
     for tagged in (False, True):
         outcome = agrees_or_refuses(tokenizer, msgs, name, tagged=tagged)
-        assert tagged is False or outcome == "equal"
+        assert tagged is False or outcome == "equal" or outcome == "stop_token_in_field" and spells_a_stop(
+            tokenizer, msgs, name)
         OUTCOMES[(name, "tagged" if tagged else "untagged", outcome)] += 1
 
 
@@ -49,7 +57,8 @@ def test_on_the_real_phi3(msgs):
     _phi3 = globals().get("_phi3") or load_tokenizer(PHI3)
     for tagged in (False, True):
         outcome = agrees_or_refuses(_phi3, msgs, "phi3", tagged=tagged)
-        assert tagged is False or outcome == "equal"
+        assert tagged is False or outcome == "equal" or outcome == "stop_token_in_field" and spells_a_stop(
+            _phi3, msgs, "phi3")
         OUTCOMES[("phi3 (real)", "tagged" if tagged else "untagged", outcome)] += 1
 
 

@@ -220,3 +220,31 @@ def test_struct_arguments_are_refused_naming_the_column_or_built_without_the_nul
     written = dict(CALLS)
     found = [json.loads(piece.split("</tool_call>")[0]) for piece in targets.split("<tool_call>\n")[1:]]
     assert found and all(call["arguments"] == written[call["name"]] for call in found)
+
+
+# A stop token spelled in an assistant field, under a template with generation tags (not the inference rule).
+
+@pytest.mark.parametrize("field, message", [
+    ("content", {"role": "assistant", "content": "Sunny<|endoftext|> and warm."}),
+    ("reasoning_content", {"role": "assistant", "content": "Sunny.", "reasoning_content": "Look<|endoftext|>up."}),
+    ("tool_calls", {"role": "assistant", "content": None,
+                    "tool_calls": [call(1, "get_weather", json.dumps({"city": "<|endoftext|>"}))]}),
+])
+def test_a_stop_token_in_a_field_is_refused_under_a_tagged_template(tmp_path, tools_tokenizer, field, message):
+    from databuild.encode.render import GENERATION_TAG
+
+    assert GENERATION_TAG.search((tools_tokenizer / "chat_template.jinja").read_text())
+    odd = {"id": "stop", "messages": [{"role": "user", "content": "Weather?"}, message,
+                                      *([{"role": "tool", "tool_call_id": "call_1", "content": "21"},
+                                         {"role": "assistant", "content": "21."}] if field == "tool_calls" else [])],
+           "tools": json.dumps([WEATHER])}
+    root = source(tmp_path, odd, good_rows=3)
+    with pytest.raises(BuildError) as error:
+        build(tmp_path, tools_tokenizer, root, rows="all")
+    assert str(error.value) == (
+        f"conversation cannot be built (stop_token_in_field): org/agentic: {FILE}: row 1 (id 'stop'): assistant "
+        f"message 1: its {field} spells the stop token '<|endoftext|>': the model would have stopped there; set "
+        "on_bad_conversation: skip in the config to skip and count such conversations")
+    skipped = build(tmp_path / "skip", tools_tokenizer, root, rows="all", policy="skip").data
+    assert skipped["counts"]["conversations_skipped"]["stop_token_in_field"] == 1
+    assert [s["id"] for s in skipped["skipped_conversations"]] == ["stop"]

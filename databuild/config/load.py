@@ -13,7 +13,7 @@ from ruamel.yaml.error import YAMLError
 
 from ..errors import BuildError
 from .checks import _fail, _reject_unknown, _take
-from .schema import BAD_CONVERSATION_POLICIES, DEFAULT_RENDER_TIMEOUT, ROWS_ALL, BuildConfig
+from .schema import BAD_CONVERSATION_POLICIES, DEFAULT_RENDER_TIMEOUT, ROWS_ALL, STOP_TOKEN_POLICIES, BuildConfig
 from .sources import _sources, _tokenizer
 
 
@@ -29,7 +29,7 @@ def _check_date(where: str, value) -> None:
 TOP_KEYS = {"name", "description", "source", "sources", "tokenizer", "template_kwargs", "loss_mask", "seed",
             "row_tokens", "rows", "separator", "on_bad_conversation", "chat_template_name", "end_of_turn",
             "packing", "packing_window", "overlong", "pad_token", "history", "render_timeout", "dedup",
-            "train_turns"}
+            "train_turns", "stop_tokens_in_fields"}
 # What the machine can index: row offsets are int32 (seq_start_id), token counts int64, and seeds an
 # int64 for every reader of the manifest and the recipe.
 BOUNDS = {"row_tokens": 2**31 - 1, "rows": 2**63 - 1, "seed": 2**63 - 1}
@@ -169,6 +169,9 @@ def load_config(path: str | os.PathLike) -> BuildConfig:
     train_turns = _take(raw, "train_turns", str, where, DEFAULT_TRAIN_TURNS)
     if train_turns not in TRAIN_TURNS:
         raise _fail(where, "train_turns", train_turns, f"expected one of {', '.join(TRAIN_TURNS)}")
+    stop_tokens = _take(raw, "stop_tokens_in_fields", str, where, "refuse")
+    if stop_tokens not in STOP_TOKEN_POLICIES:
+        raise _fail(where, "stop_tokens_in_fields", stop_tokens, f"expected one of {', '.join(STOP_TOKEN_POLICIES)}")
     config = BuildConfig(
         name=_take(raw, "name", str, where),
         sources=_sources(raw, where, base),
@@ -185,6 +188,7 @@ def load_config(path: str | os.PathLike) -> BuildConfig:
         chat_template_name=_take(raw, "chat_template_name", str, where, None),
         end_of_turn=_end_of_turn(raw, where),
         history=history,
+        stop_tokens_in_fields=stop_tokens,
         render_timeout=_render_timeout(raw.get("render_timeout", DEFAULT_RENDER_TIMEOUT), where),
         dedup=dedup,
         train_turns=train_turns,

@@ -18,6 +18,7 @@ from ..encode.render import DEFAULT_RENDER_TIMEOUT
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 BAD_CONVERSATION_POLICIES = ("error", "skip")
+STOP_TOKEN_POLICIES = ("refuse", "train")
 ROWS_ALL = "all"  # `rows: all`: every row the sources give
 
 
@@ -82,6 +83,7 @@ class BuildConfig:
     chat_template_name: str | None = None  # one of the tokenizer's named templates; None: transformers' choice
     end_of_turn: tuple[str, ...] = ()  # special tokens closing an assistant turn, besides EOS
     history: str = "expand"  # a template that rewrites history: expand (one sample per turn) or refuse
+    stop_tokens_in_fields: str = "refuse"  # an assistant field spelling a stop token: refuse, or train (declared spans)
     # seconds a render may take (encode/render.py: time_limit); the rows do not depend on it, so no manifest holds it
     render_timeout: float = field(default=DEFAULT_RENDER_TIMEOUT, compare=False)
     dedup: str = "none"  # exact: conversations the same after sources/dedup.py's normalisation kept once

@@ -16,8 +16,9 @@ from typing import Iterable
 import numpy as np
 
 from ..errors import BuildError
-from ..encode.inference import DEFAULT_HISTORY, HistoryRewritten, Sample, StopTokenInField, infer_samples, stop_pattern
-from ..encode.masks import check_final_answers_only, muse_spark_spans, spans_to_mask
+from ..encode.inference import (DEFAULT_HISTORY, HistoryRewritten, Sample, StopTokenInField, check_no_stop_in_fields,
+                                infer_samples, stop_pattern)
+from ..encode.masks import MUSE_CLOSINGS, check_final_answers_only, muse_spark_spans, spans_to_mask
 from ..encode.placement import MaskError, place_fields
 from ..encode.render import Renderer, RenderTimedOut
 from ..encode.turns import DEFAULT_TRAIN_TURNS, NoTrainedTurn, selected, tagged_turns, without_flags
@@ -63,16 +64,24 @@ class Encoder:
     """Render + tokenize + mask for one batch; holds only picklable state for worker processes."""
 
     def __init__(self, tokenizer, renderer: Renderer, loss_mask: str, end_of_turn: Iterable[str] = (),
-                 stops: Iterable[str] = (), history: str = DEFAULT_HISTORY, train_turns: str = DEFAULT_TRAIN_TURNS):
+                 stops: Iterable[str] = (), history: str = DEFAULT_HISTORY, train_turns: str = DEFAULT_TRAIN_TURNS,
+                 stop_tokens_in_fields: str = "refuse"):
         self.renderer = renderer
         self.loss_mask = loss_mask
         self.history = history
         self.train_turns = train_turns
+        self.stop_tokens_in_fields = stop_tokens_in_fields
         special = {t.content for t in tokenizer.added_tokens_decoder.values() if t.special}
         self.special_ids = frozenset(i for i, t in tokenizer.added_tokens_decoder.items() if t.special)
         self.end_of_turn, self.end_of_turn_from = end_of_turn_tokens(tokenizer, end_of_turn, special, stops,
                                                                      all(renderer.tagged.values()))
         self.stops = stop_pattern(self.end_of_turn)
+        # What no assistant field may spell, whatever the strategy: a token the model stops at (the ends of
+        # turn, EOS, what `generate` stops on; under muse_spark, the closings it supervises). The config's
+        # stop_tokens_in_fields: train leaves declared spans (tags, muse_spark) as they were before the check.
+        self.field_stops = stop_pattern(self.end_of_turn | frozenset(stops) | (
+            frozenset(MUSE_CLOSINGS) if loss_mask == "muse_spark" else frozenset())
+            if stop_tokens_in_fields == "refuse" else frozenset())
         self.special_tokens = stop_pattern(frozenset(special))  # the token after a turn, to name an undeclared end
         self._backend = tokenizer.backend_tokenizer
         self.tokenizer_size = len(tokenizer)  # every token id is below it: verify checks each one against it
@@ -114,7 +123,9 @@ class Encoder:
 
     def samples(self, conversation: Conversation, text: str, generation: list | None) -> list[Sample]:
         """The strategy's samples: a tagged template's own spans; else, under `assistant`, the turns as
-        inference writes them (encode/inference.py); under `muse_spark`, the proven contents."""
+        inference writes them (encode/inference.py); under `muse_spark`, the proven contents. Under
+        every strategy, a conversation an assistant field of which spells a stop token is refused."""
+        check_no_stop_in_fields(conversation.messages, self.field_stops)
         if generation is not None:
             return [Sample(text, tuple(generation), declared=True)]
         messages, render = conversation.messages, self.renderer.render

@@ -27,6 +27,7 @@ from ..records.conversation import REASONING_FIELDS
 Spans = list[tuple[int, int]]
 MUSE_ASSISTANT_HEADER = "<|start|>assistant<|channel|>final<|message|>"
 MUSE_REFUSED = ("tool_calls", *REASONING_FIELDS)
+MUSE_CLOSINGS = ("<|end|>", "<|return|>")  # the tokens that close a supervised answer
 
 
 def check_final_answers_only(messages) -> None:
@@ -47,7 +48,7 @@ def muse_spark_spans(messages, text: str, placed: list[Placed]) -> Spans:
     for index, message in enumerate(messages):
         if message.get("role") != "assistant" or not message.get("content"):
             continue
-        closing = "<|return|>" if index == last else "<|end|>"
+        closing = MUSE_CLOSINGS[1] if index == last else MUSE_CLOSINGS[0]
         if index not in contents:
             raise fail(index, "the template does not write its content exactly once, verbatim")
         start, end = contents[index].start, contents[index].end

@@ -72,6 +72,7 @@ def build_manifest(record: BuildRecord) -> dict[str, Any]:
             "end_of_turn_from": encoder_pins.get("end_of_turn_from"),
             "history": config.history,
             "train_turns": config.train_turns,
+            "stop_tokens_in_fields": config.stop_tokens_in_fields,
             "dedup": {"policy": config.dedup, **({"key": DEDUP_RULE} if config.dedup == "exact" else {})},
             "packing": packing.record(),
         },
