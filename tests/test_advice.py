@@ -111,7 +111,8 @@ def test_an_overlong_conversation_advises_overlong_and_following_it_builds(tmp_p
 def test_ran_out_advises_fewer_rows_and_asking_for_them_builds(tmp_path):
     config = write_config(tmp_path / f"{TINY}.yaml", rows=100000)
     code, output = cli("make", config, "--out", tmp_path / "out")
-    assert code == 1 and "ask for fewer rows (rows in the config)" in output, output
+    assert code == 1 and "ask for fewer rows (rows in the config;" in output, output
+    assert "rows: all keeps every row the sources give" in output, output
     assert "of its 300 conversations, 300 packed;" in output, output
     kept = int(re.search(r"ran out: (\d+) rows kept", output).group(1))
     edit(config, rows=kept)
