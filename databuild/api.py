@@ -91,7 +91,7 @@ def load(file: str | Path) -> datasets.Dataset:
     import pyarrow as pa
 
     from .export.hf import HfFormat
-    from .export.rows import read_blocks
+    from .rowfile.read import read_blocks
     from .export.stream import verified_source
 
     file = Path(file)

@@ -83,7 +83,7 @@ def verify_command(parquet, manifest, recipe, rows_sha256, parquet_sha256, segme
       databuild verify out/tiny-hf.parquet --from build/muse-spark-tiny-fixed512-v1.parquet
       databuild verify out/tiny-hf.parquet --from build/muse-spark-tiny-fixed512-v1.parquet --recipe recipe.yaml
     """
-    from .rowfile.hashes import UnreadableError
+    from .rowfile.schema import UnreadableError
     from .api import verify_file
     from .verify import EXIT_DIFFERENT, EXIT_UNREADABLE, EXIT_USAGE, UsageError
 

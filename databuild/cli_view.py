@@ -52,7 +52,8 @@ def show(parquet, row, name_or_dir, color):
     from .publish.manifest_read import manifest_beside
     from .inputs.tokenizer import tokenizer_dir
     from .encode.render import load_tokenizer
-    from .views.show import check_decodable, compose, decode_spans, open_parquet, read_rows, row_header, spans
+    from .views.show import check_decodable, compose, decode_spans, row_header, spans
+    from .rowfile.read import open_parquet, read_rows
 
     parquet_file, manifest = open_parquet(parquet), manifest_beside(parquet)
     # the row first: its index is checked before any tokenizer is loaded

@@ -25,7 +25,7 @@ from .publish.manifest_diff import Cause, Change, causes, changes
 from .publish.manifest_read import manifest_beside, read_manifest
 from .rowfile.row_digests import RowDigests, RowsDiff, compare_rows, conversation_tokens, digest_rows, from_hex
 from .utils.files import file_sha256
-from .views.show import Row, open_parquet, read_rows
+from .rowfile.read import StoredRow, open_parquet, read_rows
 
 ROWS, MANIFEST, CONFIG = "row file", "manifest", "config"
 CUT_CHECKED = 10_000  # changed conversations of other lengths read back to see whether only their cut moved
@@ -48,10 +48,10 @@ class FirstDifference:
     where they part (in ids, targets or boundaries)."""
     row: int
     token: int
-    a: Row
-    b: Row
+    a: StoredRow
+    b: StoredRow
 
-    def segment(self, side: Row) -> int:
+    def segment(self, side: StoredRow) -> int:
         """The segment of `side` holding the token (its last one if the row is shorter)."""
         return int(np.searchsorted(side.seq_start_id, min(self.token, len(side.input_ids) - 1), side="right") - 1)
 
@@ -168,7 +168,7 @@ def read_first_difference(a: Path, b: Path, row: int, manifest_a: dict | None,
     return FirstDifference(row, first_token(row_a, row_b), row_a, row_b)
 
 
-def first_token(a: Row, b: Row) -> int:
+def first_token(a: StoredRow, b: StoredRow) -> int:
     """The first token position where two rows differ in id or target, or where a segment of one starts
     with another id or at another token than the other's."""
     common = min(len(a.input_ids), len(b.input_ids))

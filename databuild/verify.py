@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from .errors import BuildError
-from .rowfile.hashes import ParquetSummary, RowFormatError, UnreadableError, hash_parquet
+from .rowfile.hashes import ParquetSummary, hash_parquet
+from .rowfile.schema import RowFormatError, UnreadableError
 from .publish.manifest import manifest_path
 from .publish.manifest_read import read_manifest
 from .rowfile.write import partials

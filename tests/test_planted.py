@@ -15,7 +15,8 @@ from conftest import TINY, messages
 from databuild.encode.encoder import Encoder
 from databuild.encode.placement import place_fields
 from databuild.encode.render import Renderer
-from databuild.rowfile.hashes import RowFormatError, hash_parquet
+from databuild.rowfile.schema import RowFormatError
+from databuild.rowfile.hashes import hash_parquet
 from databuild.rowfile.write import WRITER_OPTIONS
 from databuild.records.conversation import Conversation
 

@@ -18,7 +18,8 @@ from databuild.cli import main
 from databuild.config import resolve_config
 from databuild.encode.render import load_tokenizer
 from databuild.inputs.tokenizer import tokenizer_dir
-from databuild.views.show import Row, decode_spans, open_parquet, read_rows, spans
+from databuild.rowfile.read import StoredRow, open_parquet, read_rows
+from databuild.views.show import decode_spans, spans
 
 NAME = "muse-spark-tiny-fixed512-v1"
 
@@ -202,7 +203,7 @@ def test_spans_read_as_in_the_row_with_a_metaspace_decoder():
     backend = Tokenizer(models.WordLevel({"<unk>": 0, "\u2581Hello": 1, "\u2581world": 2, "\u2581again": 3},
                                          unk_token="<unk>"))
     backend.pre_tokenizer, backend.decoder = pre_tokenizers.Metaspace(), decoders.Metaspace()
-    row = Row(0, np.array([1, 2, 3], np.int32), np.array([0, 1, 1], np.int8), np.array([0], np.int32), ("c",), False)
+    row = StoredRow(0, np.array([1, 2, 3], np.int32), np.array([0, 1, 1], np.int8), np.array([0], np.int32), ("c",), False)
     texts = decode_spans(PreTrainedTokenizerFast(tokenizer_object=backend), row, spans(row))
     assert texts == ["Hello", " world again"]
 

@@ -40,7 +40,8 @@ import numpy as np
 import pyarrow as pa
 
 from .recipe_text import absolute, comment, python_call, yaml_text
-from .rows import RowBlock, list_array
+from ..rowfile.read import RowBlock
+from .rows import list_array
 from .stream import Format, export_stem
 
 BRIDGE = "NVIDIA-NeMo/Megatron-Bridge@067f987d"

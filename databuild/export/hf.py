@@ -27,7 +27,8 @@ import numpy as np
 import pyarrow as pa
 
 from .recipe_text import absolute, yaml_text
-from .rows import RowBlock, list_array
+from ..rowfile.read import RowBlock
+from .rows import list_array
 from .stream import Format, export_stem
 
 TRL = "huggingface/trl@f2cd5771"

@@ -23,10 +23,10 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from ..rowfile.hashes import EXPECTED_TYPES
+from ..rowfile.schema import EXPECTED_TYPES
 from .recipe_text import absolute, comment, shell_array
 from ..records.row import PADDING_ID
-from .rows import RowBlock
+from ..rowfile.read import RowBlock
 from .stream import Format, export_stem
 
 METADATA = pa.struct([pa.field(name, kind) for name, kind in EXPECTED_TYPES.items()])

@@ -26,7 +26,7 @@ from ..utils.files import file_sha256, replace_durably
 from ..utils.versions import library_versions
 from ..verify import gather, verify
 from .content import ContentHasher
-from .rows import RowBlock, read_blocks
+from ..rowfile.read import RowBlock, read_blocks
 
 FORMAT = "databuild-export/1"
 

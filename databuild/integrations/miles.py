@@ -30,7 +30,7 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
-PADDING_ID = ""
+PADDING_ID = ""  # records.row.PADDING_ID: copied, as this module imports nothing of databuild in the trainer (tests/test_export.py)
 UNTRAINABLE: Counter[str] = Counter()  # targets at a Sample's position 0, by kind, since the process began
 
 

@@ -17,7 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .hashes import _values, check_row_group, open_row_file, read_row_group, row_bytes, segment_bytes
+from .hashes import row_bytes, segment_bytes
+from .read import open_row_file, read_row_group, row_groups
+from .schema import list_values
 
 ORDER, IDS, MASKS, SEGMENTS, COUNT = "order", "ids", "masks", "segment boundaries", "row count"
 MOVED_SHOWN = 5  # (B row, A row) pairs kept as examples
@@ -50,14 +52,12 @@ def digest_rows(path: Path) -> RowDigests:
     tokens: dict[str, hashlib._Hash] = {}
     lengths: dict[str, int] = {}
     targets: dict[str, hashlib._Hash] = {}
-    for group in range(parquet.num_row_groups):
-        table = read_row_group(parquet, group, path)
-        check_row_group(table, first, path)
+    for _, table in row_groups(parquet, path):
         count, first = table.num_rows, first + table.num_rows
         if not count:
             continue
-        id_values, _ = _values(table.column("input_ids"))
-        mask_values, _ = _values(table.column("loss_mask"))
+        id_values, _ = list_values(table.column("input_ids"))
+        mask_values, _ = list_values(table.column("loss_mask"))
         data = row_bytes(id_values.reshape(count, -1), mask_values.reshape(count, -1))
         width = data.shape[1] // 5 * 4  # the ids' bytes; the mask's follow
         for row, starts, conversation_ids in zip(data, table.column("seq_start_id").to_pylist(),
@@ -91,8 +91,8 @@ def conversation_tokens(path: Path, wanted: set[str]) -> dict[str, tuple[np.ndar
         if not any(wanted.intersection(row) for row in held):
             continue
         table = read_row_group(parquet, group, path, ["input_ids", "loss_mask", "seq_start_id"])
-        id_values, lengths = _values(table.column("input_ids"))
-        mask_values, _ = _values(table.column("loss_mask"))
+        id_values, lengths = list_values(table.column("input_ids"))
+        mask_values, _ = list_values(table.column("loss_mask"))
         offsets = np.concatenate([[0], np.cumsum(lengths)])
         for row, (starts, conversation_ids) in enumerate(zip(table.column("seq_start_id").to_pylist(), held)):
             begin, width = int(offsets[row]), int(lengths[row])

@@ -22,7 +22,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import BuildError
-from ..rowfile.hashes import EXPECTED_TYPES, RowsHasher, SegmentsHasher
+from .schema import EXPECTED_TYPES
+from .hashes import RowsHasher, SegmentsHasher
 from ..records.row import Row
 from ..utils.files import replace_durably
 

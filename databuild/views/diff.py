@@ -18,7 +18,8 @@ from ..compare import CONFIG, MANIFEST, Diff, FirstDifference, Side
 from ..errors import BuildError
 from ..publish.manifest_diff import ABSENT, Change
 from ..rowfile.row_digests import RowsDiff
-from .show import Row, check_decodable, decode_spans, id_texts, printable, spans
+from ..rowfile.read import StoredRow
+from .show import check_decodable, decode_spans, id_texts, printable, spans
 
 CAUSES_SHOWN = 4  # causes named on the first line
 CHANGES_SHOWN = 12  # lines of the made-from table, unless everything is asked for
@@ -153,7 +154,7 @@ def first_section(first: FirstDifference, tokenizers: Tokenizers, a: Side, b: Si
     return lines
 
 
-def _window(name: str, row: Row, k: int, token: int, tokenizer, note: str) -> list[str]:
+def _window(name: str, row: StoredRow, k: int, token: int, tokenizer, note: str) -> list[str]:
     start = int(row.seq_start_id[k])
     end = int(row.seq_start_id[k + 1]) if k + 1 < len(row.seq_start_id) else len(row.input_ids)
     here = min(token, len(row.input_ids))
@@ -168,7 +169,7 @@ def _window(name: str, row: Row, k: int, token: int, tokenizer, note: str) -> li
     else:
         lines.append(f"    token {here}: past the row's end ({len(row.input_ids)} tokens)")
     cut = [0] + ([here - low] if low < here < high else [])
-    window = Row(row.index, row.input_ids[low:high], row.loss_mask[low:high], np.array(cut, dtype=np.int32),
+    window = StoredRow(row.index, row.input_ids[low:high], row.loss_mask[low:high], np.array(cut, dtype=np.int32),
                  ("window",) * len(cut), False)
     parts = spans(window)
     texts = decode_spans(tokenizer, window, parts) if tokenizer is not None else id_texts(window, parts)

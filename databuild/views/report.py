@@ -21,10 +21,11 @@ import pyarrow.parquet as pq
 from ..publish.funnel import data_notes
 from ..views.charts import chart_grid, funnel_chart
 from ..errors import BuildError
-from ..rowfile.hashes import check_row_group, read_row_group
+from ..records.row import PADDING_ID
+from ..rowfile.read import open_parquet, read_rows, row_groups
 from ..publish.manifest_read import manifest_beside
 from ..inputs.tokenizer import tokenizer_dir
-from ..views.show import check_decodable, compose, decode_spans, id_texts, open_parquet, printable, read_rows, row_header, spans
+from .show import check_decodable, compose, decode_spans, id_texts, printable, row_header, spans
 
 
 
@@ -56,7 +57,7 @@ def group_stats(table) -> RowStats:
     ends = np.append(starts[1:], 0).astype(np.int64)
     ends[np.cumsum(counts)[counts > 0] - 1] = tokens[counts > 0]
     ids, _ = _flat(table.column("conversation_ids"))
-    is_padding = ids == ""
+    is_padding = ids == PADDING_ID
     rows_of = np.repeat(np.arange(len(counts)), counts)
     padding = np.bincount(rows_of[is_padding], (ends - starts)[is_padding], minlength=len(counts)).astype(np.int64)
     return RowStats(tokens, supervised, counts - np.bincount(rows_of[is_padding], minlength=len(counts)),
@@ -64,12 +65,9 @@ def group_stats(table) -> RowStats:
 
 
 def row_stats(parquet: pq.ParquetFile, path: Path) -> RowStats:
-    parts, first = [], 0
-    for group in range(parquet.metadata.num_row_groups):
-        table = read_row_group(parquet, group, path, ["loss_mask", "seq_start_id", "conversation_ids"])
-        check_row_group(table, first, path)  # a null would count as a number
-        parts.append(group_stats(table))
-        first += table.num_rows
+    parts = []
+    for _, table in row_groups(parquet, path, ["loss_mask", "seq_start_id", "conversation_ids"]):  # checked: a null
+        parts.append(group_stats(table))  # would count as a number
     fields = ("tokens", "supervised", "segments", "segment_lengths", "padding")
     return RowStats(*(np.concatenate([getattr(p, f) for p in parts] or [np.zeros(0, np.int64)]) for f in fields))
 

@@ -1,7 +1,7 @@
 """`databuild show`: one row decoded, its targets, conversation starts, and the tool calls, tool
 results and reasoning its markup shows (views/marks.py) marked.
 
-Only the row group holding the row is read (located from the parquet footer), so row 6,000 of a
+Only the row group holding the row is read (rowfile.read.read_rows locates it from the parquet footer), so row 6,000 of a
 6,400 x 8,192 file costs one row group, not the file. The tokenizer comes from `pinned_tokenizer`.
 """
 
@@ -12,33 +12,15 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 
-from ..errors import BuildError
-from ..rowfile.hashes import check_row_group, check_token_ids, open_row_file, read_row_group
+from ..rowfile.read import StoredRow
+from ..rowfile.schema import check_token_ids
 from .marks import regions
 
-COLUMNS = ["input_ids", "loss_mask", "seq_start_id", "conversation_ids"]
 # Control characters would move the cursor or recolour the terminal (data can hold ANSI escapes);
 # print C0/DEL as their Unicode "control pictures" and C1 as \x.. instead. Newline and tab stay.
 _PRINTABLE = {c: 0x2400 + c for c in range(32) if chr(c) not in "\n\t"}
 _PRINTABLE.update({0x7F: 0x2421, **{c: f"\\x{c:02x}" for c in range(0x80, 0xA0)}})
-
-
-@dataclass(frozen=True)
-class Row:
-    index: int
-    input_ids: np.ndarray
-    loss_mask: np.ndarray
-    seq_start_id: np.ndarray
-    conversation_ids: tuple[str, ...]
-    continued: bool  # its first segment continues a conversation begun in an earlier row
-
-    @property
-    def padding_start(self) -> int:
-        """Where its padding segment (conversation id "") starts; the row's length if it has none."""
-        return int(self.seq_start_id[-1]) if self.conversation_ids[-1] == "" else len(self.input_ids)
 
 
 @dataclass(frozen=True)
@@ -50,63 +32,7 @@ class Span:
     segment: int
 
 
-def open_parquet(path: Path) -> pq.ParquetFile:
-    if not path.is_file():
-        raise BuildError(f"{path}: no such file")
-    return open_row_file(path)
-
-
-def locate(parquet: pq.ParquetFile, row: int) -> tuple[int, int]:
-    """(row group, row inside it), from the footer's row counts alone."""
-    total = parquet.metadata.num_rows
-    if not 0 <= row < total:
-        raise BuildError(f"row {row} is out of range: the file has {total} rows"
-                         + (f" (0..{total - 1})" if total else ""))
-    first = 0
-    for group in range(parquet.metadata.num_row_groups):
-        size = parquet.metadata.row_group(group).num_rows
-        if row < first + size:
-            return group, row - first
-        first += size
-    raise BuildError(f"row {row}: the footer's row groups do not add up to {total} rows")
-
-
-def _last_id(table: pa.Table, offset: int) -> str | None:
-    ids = table.column("conversation_ids")[offset].as_py()
-    return ids[-1] if ids else None
-
-
-def read_rows(parquet: pq.ParquetFile, path: Path, first: int, count: int = 1,
-              continued_rows: list[int] | None = None) -> list[Row]:
-    """Rows first..first+count-1 of the file at path, reading (and checking) each row group they touch
-    once. Whether a row's first segment continues an earlier row's conversation comes from the
-    manifest's `continued_rows` when given; the file alone can only compare it with the previous kept
-    row's last id, which misses a conversation begun in a row skipped for having no target."""
-    rows, tables = [], {}
-    for index in range(first, first + count):
-        group, offset = locate(parquet, index)
-        if group not in tables:
-            tables = {group: read_row_group(parquet, group, path, COLUMNS)}  # keep one group in memory
-            check_row_group(tables[group], index - offset, path)
-        one = tables[group].slice(offset, 1)
-        values = {name: one.column(name).combine_chunks().flatten() for name in COLUMNS}
-        ids = tuple(values["conversation_ids"].to_pylist())
-        if continued_rows is not None:
-            continued = index in continued_rows
-        elif offset:
-            continued = _last_id(tables[group], offset - 1) == ids[0]
-        elif group:  # the previous row sits in the group before: read its one small column
-            before = read_row_group(parquet, group - 1, path, ["conversation_ids"])
-            continued = _last_id(before, before.num_rows - 1) == ids[0]
-        else:
-            continued = False
-        rows.append(Row(index, values["input_ids"].to_numpy(zero_copy_only=False),
-                        values["loss_mask"].to_numpy(zero_copy_only=False),
-                        values["seq_start_id"].to_numpy(zero_copy_only=False), ids, continued))
-    return rows
-
-
-def spans(row: Row) -> list[Span]:
+def spans(row: StoredRow) -> list[Span]:
     """Runs of equal mask, also cut where a conversation starts, up to the padding (shown apart by
     compose); vectorised, no loop over tokens."""
     size = row.padding_start
@@ -118,13 +44,13 @@ def spans(row: Row) -> list[Span]:
             for s, e, g in zip(starts, ends, segments) if s < size]
 
 
-def check_decodable(tokenizer, row: Row, path: Path) -> None:
+def check_decodable(tokenizer, row: StoredRow, path: Path) -> None:
     """Refuses, in one line, a row holding an id the tokenizer has not: decoding it is an OverflowError."""
     check_token_ids(row.input_ids, row.index, len(row.input_ids), path, len(tokenizer),
                     f"the {len(tokenizer):,} ids of the tokenizer it is decoded with")
 
 
-def decode_spans(tokenizer, row: Row, parts: list[Span]) -> list[str]:
+def decode_spans(tokenizer, row: StoredRow, parts: list[Span]) -> list[str]:
     """Each span's text as it reads within the row. A span decoded alone can lose its leading space
     (Metaspace decoders strip the first token's) or split a multi-byte character, so the row's
     prefixes up to each span's end are decoded and differenced; a span whose prefix does not extend
@@ -139,7 +65,7 @@ def decode_spans(tokenizer, row: Row, parts: list[Span]) -> list[str]:
     return texts
 
 
-def id_texts(row: Row, parts: list[Span]) -> list[str]:
+def id_texts(row: StoredRow, parts: list[Span]) -> list[str]:
     """The no-tokenizer fallback: token ids, space separated."""
     return [" ".join(map(str, row.input_ids[p.start:p.end].tolist())) + " " for p in parts]
 
@@ -175,7 +101,7 @@ def pieces(parts: list[Span], texts: list[str]) -> list[tuple[Span, list[str], s
     return out
 
 
-def compose(row: Row, parts: list[Span], texts: list[str], *, target: Callable[[str], str],
+def compose(row: StoredRow, parts: list[Span], texts: list[str], *, target: Callable[[str], str],
             marker: Callable[[str], str], escape: Callable[[str], str] = printable,
             region: Callable[[str], str] | None = None) -> str:
     """The row as text: a marker line where each conversation segment starts, targets wrapped, and
@@ -204,7 +130,7 @@ def compose(row: Row, parts: list[Span], texts: list[str], *, target: Callable[[
     return "".join(out) + ("" if at_line_start else "\n")
 
 
-def row_header(row: Row, total_rows: int) -> str:
+def row_header(row: StoredRow, total_rows: int) -> str:
     supervised, size, pad = int(np.count_nonzero(row.loss_mask)), len(row.input_ids), row.padding_start
     segments = len(row.seq_start_id) - (pad < size)
     return (f"row {row.index} of {total_rows}: supervised {supervised} / {size} tokens "
