@@ -41,6 +41,7 @@ from .pack.bfd import OverlongConversation
 from .pack.rows import Packing, PackStats
 from .pack.policy import pack, packing_for
 from .sources.dedup import find_duplicates
+from .sources.holdout import held_out_conversations, held_out_rows
 from .sources.mixture import placement
 from .encode.render import Renderer, load_tokenizer
 from .records.problems import (DUPLICATE, NO_TRAINED_TURN, OVERLONG, SKIPPED_KINDS, BadConversation, Problem,
@@ -99,11 +100,13 @@ def pin(config: BuildConfig, offline: bool = False) -> Pinned:
 
 def manifest_of(build: Pinned | Prepared, parquet_name: str, stats: PackStats | None = None,
                 skipped: list[BadConversation] = (), hasher: RowsHasher | None = None,
-                segments: SegmentsHasher | None = None, parquet: tuple[str, int] = ("", 0)) -> dict[str, Any]:
+                segments: SegmentsHasher | None = None, parquet: tuple[str, int] = ("", 0),
+                validation: BuildResult | None = None) -> dict[str, Any]:
     """The manifest of `build`; without stats and hashes, the one it will write as far as it is known
     before its first row, whose pinned sections tell whether a build already there is up to date."""
     malformed = tuple(build.malformed.values()) if isinstance(build, Prepared) else ()
     duplicates = tuple(build.duplicates.values()) if isinstance(build, Prepared) else ()
+    held_out = tuple(build.held_out.values()) if isinstance(build, Prepared) else ()
     record_counts = tuple(build.spill.counts_of(source.files) for source in build.inputs.sources) if isinstance(
         build, Prepared) else ()
     hasher, segments = hasher or RowsHasher(), segments or SegmentsHasher()
@@ -113,7 +116,15 @@ def manifest_of(build: Pinned | Prepared, parquet_name: str, stats: PackStats | 
         parquet_writer=writer, file_name=parquet_name, stats=stats or PackStats(), rows_sha256=hasher.hexdigest(),
         segments_sha256=segments.hexdigest(), row_digests=hasher.row_digests, skipped=tuple(skipped),
         malformed=malformed, parquet_sha256=parquet[0], parquet_bytes=parquet[1], record_counts=record_counts,
-        duplicates=duplicates))
+        duplicates=duplicates, held_out=held_out, validation=validation and validation_record(validation)))
+
+
+def validation_record(result: BuildResult) -> dict[str, Any]:
+    """What the training manifest records of its validation file (manifest `validation`)."""
+    output = result.data["output"]
+    return {"file": result.parquet.name, "manifest": result.manifest.name,
+            **{key: output[key] for key in ("rows", "rows_sha256", "segments_sha256", "parquet_sha256",
+                                            "parquet_bytes", "supervised_tokens")}}
 
 
 @dataclass
@@ -130,11 +141,13 @@ class Prepared:
     spill: Spill
     spill_dir: tempfile.TemporaryDirectory
     duplicates: dict[int, BadConversation]  # dedup: exact's, by source row (sources/dedup.py); {} without
+    held_out: dict[int, BadConversation]  # the validation split's (sources/holdout.py); {} without
 
     @property
     def dropped_up_front(self) -> dict[int, BadConversation]:
-        """The conversations the first pass found unbuildable (malformed) or dropped (duplicates), by source row."""
-        return {**self.malformed, **self.duplicates}
+        """The conversations the first pass found unbuildable (malformed) or dropped (duplicates, the
+        validation split's), by source row."""
+        return {**self.malformed, **self.held_out, **self.duplicates}
 
     def conversations(self) -> Iterator[Conversation]:
         """The stream in permutation order, malformed conversations and duplicates marked."""
@@ -155,26 +168,50 @@ class Prepared:
 
 
 def prepare(config: BuildConfig, offline: bool = False, window: int = DEFAULT_WINDOW,
-            spill_prefix: int | None = None, pinned: Pinned | None = None) -> Prepared:
+            spill_prefix: int | None = None, pinned: Pinned | None = None,
+            exclude: tuple[set[int], set[str], set[bytes]] | None = None) -> Prepared:
     """Resolve and check the inputs, load the tokenizer (unless `pinned` has), and make the first
     pass over the source: it checks every conversation and spills the stream's expected prefix
-    (`spill_prefix` overrides it). Nothing is rendered before this."""
+    (`spill_prefix` overrides it). Nothing is rendered before this. `exclude`: the validation split's
+    rows, ids and content keys, which this stream drops."""
     pinned = pinned or pin(config, offline)
     inputs = pinned.inputs
     placed = placement(*inputs.selections, config.seed)
     spill_dir = spill_folder()
     try:
-        spill = Spill(inputs.source_files, placed, window, Path(spill_dir.name), dedup=config.dedup == "exact")
+        spill = Spill(inputs.source_files, placed, window, Path(spill_dir.name), keys=config.dedup == "exact" or config.validation is not None)
         if spill_prefix is None:
             spill_prefix = (placed.size if config.rows is None else  # rows: all reads the whole stream
                             expected_prefix(inputs.source_files, placed, config.rows * config.row_tokens))
         found = on_bad_conversation(config.on_bad_conversation, spill.check_and_spill(spill_prefix))
         malformed = {bad.index: bad for bad in found}
-        duplicates = find_duplicates(spill.keys, list(inputs.source_files))
+        files = list(inputs.source_files)
+        held_out = held_out_conversations(spill.keys, *exclude, files) if exclude else {}
+        duplicates = find_duplicates({i: k for i, k in spill.keys.items() if i not in held_out}, files) if \
+            config.dedup == "exact" else {}
     except BaseException:
         spill_dir.cleanup()
         raise
-    return Prepared(config, inputs, pinned.packing, malformed, pinned.encoder, spill, spill_dir, duplicates)
+    return Prepared(config, inputs, pinned.packing, malformed, pinned.encoder, spill, spill_dir, duplicates, held_out)
+
+
+@dataclass(frozen=True)
+class Split:
+    """The validation split of a build: its own build (the held-out rows of each source, every one once,
+    rows: all) and what the training build drops for it (rows, ids)."""
+    pinned: Pinned
+    rows: set[int]  # held-out rows, numbered across every source's files
+    ids: set[str]
+
+
+def validation_split(pinned: Pinned) -> Split:
+    config, inputs = pinned.config, pinned.inputs
+    held, ids = held_out_rows(inputs.sources, config.validation)
+    sources = tuple(replace(s, selected=rows) for s, rows in zip(inputs.sources, held))
+    vconfig = replace(config, name=f"{config.name}.validation", rows=None, split="validation")
+    return Split(Pinned(vconfig, replace(inputs, sources=sources), pinned.packing, pinned.encoder),
+                 {s.first_index + int(r) for s, rows in zip(inputs.sources, held) for r in rows},
+                 {i for source_ids, rows in zip(ids, held) for i in (source_ids[int(r)] for r in rows)})
 
 
 def make(config: BuildConfig, out_dir: Path, *, force: bool = False, offline: bool = False, workers: int | None = None,
@@ -186,21 +223,35 @@ def make(config: BuildConfig, out_dir: Path, *, force: bool = False, offline: bo
     final = Path(out_dir) / f"{config.name}.parquet"
     remove_stale_spill_folders()  # a killed build's, whether or not this one builds
     pinned = pin(config, offline)
-    expected = manifest_of(pinned, final.name)
-    if not force and stale_reason(final, expected) is None:  # no lock taken, nothing written
+    split = validation_split(pinned) if config.validation is not None else None
+    validation_final = final.with_name(f"{config.name}.validation.parquet")
+
+    def stale() -> str | None:
+        reason = stale_reason(final, manifest_of(pinned, final.name))
+        if reason is None and split is not None:
+            reason = stale_reason(validation_final, manifest_of(split.pinned, validation_final.name))
+            reason = reason and f"its validation file: {reason}"
+        return reason
+
+    if not force and stale() is None:  # no lock taken, nothing written
         return _current(final, started)
     final.parent.mkdir(parents=True, exist_ok=True)
     with exclusive(final, f"make of {config.name} into {final.parent}") as waited:
         for partial in partials(final):  # under the lock: whoever wrote it is gone
             partial.unlink(missing_ok=True)
-        reason = "--force given" if force else stale_reason(final, expected)
+        reason = "--force given" if force else stale()
         if reason is None:  # another process built it while this one waited
             return replace(_current(final, started), waited=waited)
         # The encode workers start first, so that they start while the source is read; how many depends
         # on the machine (executors/cores.py).
-        with encoding_on(executor, pinned.encoder, workers, ray_address) as encode, \
-                prepare(config, offline, window, spill_prefix, pinned) as prepared:
-            result = _make(prepared, final, encode, batch_size, progress, started)
+        with encoding_on(executor, pinned.encoder, workers, ray_address) as encode:
+            validation, exclude = None, None
+            if split is not None:  # first, so that the training build knows the held-out conversations
+                with prepare(split.pinned.config, offline, window, None, split.pinned) as held:
+                    validation = _make(held, validation_final, encode, batch_size, progress, started)
+                    exclude = split.rows, split.ids, {key for key, _ in held.spill.keys.values()}
+            with prepare(config, offline, window, spill_prefix, pinned, exclude) as prepared:
+                result = _make(prepared, final, encode, batch_size, progress, started, validation)
     return replace(result, built=reason, waited=waited, encoding=encode.summary)
 
 
@@ -244,7 +295,7 @@ def _current(final: Path, started: float) -> BuildResult:
 
 
 def _make(prepared: Prepared, final: Path, encode: Encoding, batch_size: int, progress: bool | None,
-          started: float) -> BuildResult:
+          started: float, validation: BuildResult | None = None) -> BuildResult:
     config, inputs = prepared.config, prepared.inputs
     partial = partial_path(final)
     stats, skipped, hasher, segments = PackStats(), [], RowsHasher(), SegmentsHasher()
@@ -270,7 +321,8 @@ def _make(prepared: Prepared, final: Path, encode: Encoding, batch_size: int, pr
             # a failed early hash (a file deleted meanwhile) is left to the check, which names it
             early = prepared.spill.passes == passes and rehash.exception() is None
             check_unchanged(inputs, rehash.result() if early else None)
-            manifest = manifest_of(prepared, final.name, stats, skipped, hasher, segments, file_sha256(partial))
+            manifest = manifest_of(prepared, final.name, stats, skipped, hasher, segments, file_sha256(partial),
+                                   validation)
         except BaseException:
             partial.unlink(missing_ok=True)
             raise

@@ -153,7 +153,10 @@ def make(name, out_dir, offline, dataset_dir, tokenizer_dir, workers, batch_size
                f"  parquet_bytes          {s['parquet_bytes']:,}\n"
                + (f"  time                   {result.seconds:.1f} s ({s['tokens'] / max(result.seconds, 1e-9):,.0f} "
                   "tokens/s)\n" if result.built is not None else "")
-               + f"  manifest               {result.manifest}")
+               + f"  manifest               {result.manifest}"
+               + (f"\n  validation             {result.parquet.with_name(v['file'])} ({v['rows']} rows, rows_sha256 "
+                  f"{v['rows_sha256']}; its own manifest and funnel beside it)" if (v := result.data.get("validation"))
+                  else ""))
     echo_funnel(result.data)
     if recipe is not None:
         from .publish.recipe import update_recipe

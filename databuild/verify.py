@@ -52,6 +52,7 @@ class Expected:
     built_with: dict[str, str] | None = None
     manifest: Path | None = None  # the manifest the checks come from, if any: `databuild diff` explains with it
     token_ids_below: int | None = None  # the manifest's inputs.tokenizer.size: every id is below it
+    validation: dict[str, Any] | None = None  # the manifest's validation file (its name and hashes), checked too
 
 
 @dataclass
@@ -175,6 +176,8 @@ def verify(parquet: Path, expected: Expected) -> Report:
         report.failures.append(str(exc))
     report.summary = summary
     report.failures += differences(expected, summary or {"parquet_sha256": digest, "parquet_bytes": size})
+    if expected.validation:
+        report.failures += validation_failures(parquet, expected)
     if expected.built_with:
         installed, built_with = library_versions(), expected.built_with
         for name in ("pyarrow", "numpy", "tokenizers", "transformers"):
@@ -184,12 +187,28 @@ def verify(parquet: Path, expected: Expected) -> Report:
     return report
 
 
+def validation_failures(parquet: Path, expected: Expected) -> list[str]:
+    """The validation file a training manifest records, beside the training file: verified against its
+    own manifest and against the hashes the training manifest records of it."""
+    recorded = expected.validation
+    path = parquet.with_name(recorded["file"])
+    if not path.is_file():
+        return [f"{path}: the validation file {expected.manifest} records is not there"]
+    try:
+        checks = gather(path)
+    except BuildError as exc:
+        return [f"validation file: {exc}"]
+    checks.checks.extend(Expectation(field, recorded[field], f"{expected.manifest} (validation)")
+                         for field in ("rows_sha256", "parquet_sha256", "parquet_bytes", "rows") if field in recorded)
+    return [f"validation file {path.name}: {failure}" for failure in verify(path, checks).failures]
+
+
 def gather(parquet: Path, manifest: Path | None = None, recipe: Path | None = None,
            rows_sha256: str | None = None, parquet_sha256: str | None = None,
            segments_sha256: str | None = None) -> Expected:
     """The expectations for a file: the given sources, or by default the manifest beside it."""
     expectations: list[Expectation] = []
-    digests = versions = size = None
+    digests = versions = size = validation = None
     explicit = any(x is not None for x in (manifest, recipe, rows_sha256, parquet_sha256, segments_sha256))
     beside = manifest_path(parquet)
     if not parquet.is_file():  # unreadable (exit 3), whatever else is missing with it
@@ -205,6 +224,7 @@ def gather(parquet: Path, manifest: Path | None = None, recipe: Path | None = No
         digests, versions = data.get("row_digests"), data.get("versions")
         # absent from a manifest written before it was recorded (SHAPE checked its type where present)
         size = ((data.get("inputs") or {}).get("tokenizer") or {}).get("size")
+        validation = data.get("validation")
     if recipe is not None:
         expectations += from_recipe(recipe)
     if rows_sha256 is not None:
@@ -213,7 +233,7 @@ def gather(parquet: Path, manifest: Path | None = None, recipe: Path | None = No
         expectations.append(Expectation("parquet_sha256", parquet_sha256.lower(), "--parquet-sha256"))
     if segments_sha256 is not None:
         expectations.append(Expectation(SEGMENT_FIELD, segments_sha256.lower(), "--segments-sha256"))
-    return Expected(expectations, digests, versions, manifest, size)
+    return Expected(expectations, digests, versions, manifest, size, validation)
 
 
 def diff_hint(parquet: Path, expected: Expected, report: Report) -> str | None:

@@ -29,7 +29,7 @@ def _check_date(where: str, value) -> None:
 TOP_KEYS = {"name", "description", "source", "sources", "tokenizer", "template_kwargs", "loss_mask", "seed",
             "row_tokens", "rows", "separator", "on_bad_conversation", "chat_template_name", "end_of_turn",
             "packing", "packing_window", "overlong", "pad_token", "history", "render_timeout", "dedup",
-            "train_turns", "stop_tokens_in_fields"}
+            "train_turns", "stop_tokens_in_fields", "validation"}
 # What the machine can index: row offsets are int32 (seq_start_id), token counts int64, and seeds an
 # int64 for every reader of the manifest and the recipe.
 BOUNDS = {"row_tokens": 2**31 - 1, "rows": 2**63 - 1, "seed": 2**63 - 1}
@@ -92,6 +92,29 @@ def _rows(raw: dict, where: str) -> int | None:
         raise _fail(where, "rows", value, f"expected a count of rows (an int), or '{ROWS_ALL}' for every row the "
                                           "sources give")
     return _take(raw, "rows", int, where)
+
+
+def _validation(raw: dict, where: str):
+    """`validation`: {share: a fraction in (0, 1)} or {count: conversations}, of each source, and `seed`."""
+    from ..sources.holdout import ValidationSpec
+
+    value = _take(raw, "validation", dict, where, None)
+    if value is None:
+        return None
+    _reject_unknown(value, {"share", "count", "seed"}, f"{where}: validation")
+    if ("share" in value) == ("count" in value):
+        raise _fail(where, "validation", value, "give either 'share' (a fraction of each source) or 'count' "
+                                                "(conversations of each source)")
+    share = _take(value, "share", float, f"{where}: validation", None)
+    if share is not None and not 0 < share < 1:
+        raise _fail(where, "validation.share", share, "a fraction in (0, 1)")
+    count = _take(value, "count", int, f"{where}: validation", None)
+    if count is not None and count <= 0:
+        raise _fail(where, "validation.count", count, "must be positive")
+    seed = _take(value, "seed", int, f"{where}: validation", 0)
+    if not 0 <= seed <= BOUNDS["seed"]:
+        raise _fail(where, "validation.seed", seed, "must be a non-negative int64")
+    return ValidationSpec(share, count, seed)
 
 
 PADDING_KEYS = ("packing_window", "overlong", "pad_token")  # meaningful only for a policy that pads
@@ -192,6 +215,7 @@ def load_config(path: str | os.PathLike) -> BuildConfig:
         render_timeout=_render_timeout(raw.get("render_timeout", DEFAULT_RENDER_TIMEOUT), where),
         dedup=dedup,
         train_turns=train_turns,
+        validation=_validation(raw, where),
     )
     if not re.match(r"^[A-Za-z0-9._-]+$", config.name):
         raise _fail(where, "name", config.name, "use letters, digits, '.', '_' and '-' only")

@@ -88,6 +88,8 @@ class BuildConfig:
     render_timeout: float = field(default=DEFAULT_RENDER_TIMEOUT, compare=False)
     dedup: str = "none"  # exact: conversations the same after sources/dedup.py's normalisation kept once
     train_turns: str = "all"  # which of the supervised turns train: all, last, flagged (encode/turns.py)
+    validation: Any = None  # a ValidationSpec (sources/holdout.py): the held-out split; None: no split
+    split: str = "train"  # which split this build writes: train, or validation (the held-out conversations)
 
     @property
     def rows_spelled(self) -> int | str:

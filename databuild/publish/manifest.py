@@ -73,6 +73,7 @@ def build_manifest(record: BuildRecord) -> dict[str, Any]:
             "history": config.history,
             "train_turns": config.train_turns,
             "stop_tokens_in_fields": config.stop_tokens_in_fields,
+            **({"validation": {**config.validation.record(), "split": config.split}} if config.validation else {}),
             "dedup": {"policy": config.dedup, **({"key": DEDUP_RULE} if config.dedup == "exact" else {})},
             "packing": packing.record(),
         },
@@ -108,12 +109,14 @@ def build_manifest(record: BuildRecord) -> dict[str, Any]:
             "sources": source_counts(record, read),
             "funnel": funnel(record, read),
             "duplicates": _per_source_of(record, record.duplicates),
+            **({"validation_held_out": _per_source_of(record, record.held_out)} if config.validation else {}),
         },
         # where a tokenizer pinned by content alone was read, for show and report (not a pin: a build
         # whose folder moved is still up to date)
         **({"tokenizer_dir": str(config.tokenizer.dir)} if config.tokenizer.repo is None else {}),
         "skipped_conversations": [bad.record() for bad in skipped],
         "duplicate_conversations": [duplicate_record(bad) for bad in record.duplicates],
+        **({"validation": record.validation} if record.validation else {}),
         "versions": library_versions(),
         "row_digests": record.row_digests,
         "continued_rows": stats.continued_rows,
@@ -171,8 +174,9 @@ def source_counts(record: BuildRecord, read: list[int]) -> list[dict[str, Any]]:
 
 
 def _per_source_of(record: BuildRecord, found: tuple[BadConversation, ...]) -> dict[str, Any]:
-    """counts.duplicates: the duplicates the first pass found among the rows the stream holds (each
-    row once, however often a take repeats it), in all and by source (config order)."""
+    """counts.duplicates, counts.validation_held_out: the conversations the first pass found to drop
+    among the rows the stream holds (each row once, however often a take repeats it), in all and by
+    source (config order)."""
     from ..sources.mixture import source_of
 
     firsts, _ = record.inputs.selections

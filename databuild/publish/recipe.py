@@ -78,6 +78,13 @@ def recipe_values(manifest: dict[str, Any]) -> list[tuple[tuple[str, ...], Any]]
         values.append((("build", "template_kwargs"), kwargs))
     # not `packing`: published recipes hold a prose description of the packing under that key
     values.append((("build", "packing_policy"), packing_text(build.get("packing") or {"policy": "concat"})))
+    if manifest.get("validation"):
+        split, held = manifest["validation"], build["validation"]
+        rule = (f"count {held['count']}" if held.get("count") is not None else f"share {held['share']}") + \
+            f" of each source, seed {held['seed']}"
+        values += [(("validation", "file"), split["file"]), (("validation", "split"), rule),
+                   (("validation", "rows"), split["rows"]), (("validation", "rows_sha256"), split["rows_sha256"]),
+                   (("validation", "parquet_sha256"), split["parquet_sha256"])]
     return values
 
 

@@ -32,3 +32,5 @@ class BuildRecord:
     parquet_bytes: int = 0
     record_counts: tuple[dict[str, int], ...] = ()  # per source: the spill's RECORD_COUNTS (before the build: none)
     duplicates: tuple[BadConversation, ...] = ()  # dedup: exact's, in source order (before the build: none)
+    held_out: tuple[BadConversation, ...] = ()  # the training stream's rows the validation split takes
+    validation: dict[str, Any] | None = None  # the training build's validation file (build.validation_record)

@@ -29,7 +29,8 @@ SKIPPED_KINDS = (MALFORMED, TEMPLATE_ERROR, MASK_ERROR, STOP_TOKEN_IN_FIELD, HIS
 OVERLONG = "overlong"  # longer than a row under overlong: error (the packer's setting, never skipped)
 DUPLICATE = "duplicate"  # dedup: exact found an earlier conversation the same (sources/dedup.py): always dropped
 NO_TRAINED_TURN = "no_trained_turn"  # train_turns leaves none of its turns (encode/turns.py): always dropped
-DROPPED_KINDS = (DUPLICATE, NO_TRAINED_TURN)  # dropped and counted whatever on_bad_conversation says
+HELD_OUT = "validation"  # a training conversation the validation split takes (sources/holdout.py): always dropped
+DROPPED_KINDS = (DUPLICATE, NO_TRAINED_TURN, HELD_OUT)  # dropped and counted whatever on_bad_conversation says
 
 
 class Problem(NamedTuple):

@@ -66,7 +66,7 @@ class Spill:
     stream position, a row repeated by an upsampling take once per position (sources.mixture.placement)."""
 
     def __init__(self, files: Iterable[SourceFile], placement: Placement, window: int, directory: Path,
-                 threads: int | None = None, dedup: bool = False):
+                 threads: int | None = None, keys: bool = False):
         self.files, self.window, self.directory = list(files), window, Path(directory)
         self.threads = max(1, threads or available_cores())
         self.placement = placement
@@ -75,8 +75,9 @@ class Spill:
         self.passes = 0
         # the first pass's RECORD_COUNTS of each file's rows that the stream holds, malformed ones left out
         self.record_counts: dict[int, np.ndarray] = {}  # by the file's first_index
-        # dedup: the first pass's key (sources/dedup.py) and id of each row the stream holds, malformed left out
-        self.dedup = dedup
+        # with `keys` (dedup, a validation split): the first pass's content key (sources/dedup.py) and id of
+        # each row the stream holds, malformed ones left out
+        self.with_keys = keys
         self.keys: dict[int, tuple[bytes, str]] = {}
 
     def counts_of(self, files: Iterable[SourceFile]) -> dict[str, int]:
@@ -148,7 +149,7 @@ class Spill:
                     found += [b for b in bad if copies[b.index - offset]]
                     copies[[b.index - offset for b in bad]] = 0
                     counts += (per_row * copies[:, None]).sum(axis=0)
-                    if self.dedup:
+                    if self.with_keys:
                         distinct = np.flatnonzero(copies)
                         ids = batch.column("id").take(pa.array(distinct)).to_pylist()
                         keys.update(zip((distinct + offset).tolist(), zip(batch_keys(batch, distinct), ids)))

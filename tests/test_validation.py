@@ -1,0 +1,153 @@
+"""The validation split: a share or count of each source's conversations, chosen by sha256 of the
+split's seed and the conversation id alone (recomputed here with hashlib and numpy), built into its
+own file with its own hashes, manifest and funnel, disjoint from the training file by id and by
+content, verified, recorded in the recipe."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import SOURCE_DIR, write_config
+from databuild.build import make
+from databuild.config import load_config
+from databuild.errors import BuildError
+from test_build import run_cli
+from test_dedup import hashlib_key
+from test_mixture import SHARDS, build, entry, fixture_rows, mixture, split_fixture, write_copy
+
+
+def numpy_held_out(ids: list[str], seed: int, share: float | None = None, count: int | None = None) -> list[int]:
+    u = np.array([int.from_bytes(hashlib.sha256(f"{seed}:{i}".encode()).digest()[:8], "big") for i in ids],
+                 dtype=np.uint64)
+    if count is not None:
+        return sorted(np.argsort(u, kind="stable")[:count].tolist())
+    return np.flatnonzero(u < np.uint64(int(share * 2**64))).tolist()
+
+
+def ids_of(directory) -> list[str]:
+    return [r["id"] for path in sorted((directory / "data").glob("*.parquet")) for r in pq.read_table(path).to_pylist()]
+
+
+@pytest.fixture(scope="module")
+def split(tmp_path_factory):
+    """Two sources (the fixture's halves); the second also holds a copy of a conversation of the
+    first under a new id, and a conversation of the first under the same id, which must not train
+    when their twin is held out."""
+    tmp = tmp_path_factory.mktemp("split")
+    first, _ = split_fixture(tmp)
+    second_rows = fixture_rows(SHARDS[1])
+    first_rows = fixture_rows(SHARDS[0])
+    held_first = numpy_held_out(ids_of(first), 7, share=0.2)
+    twin_content, twin_id = first_rows[held_first[0]], first_rows[held_first[1]]
+    second_rows += [{**twin_content, "id": "copy-of-a-held-out-one"},
+                    {**second_rows[0], "id": twin_id["id"]}]
+    second = write_copy(tmp / "second", {"train-00000-of-00001.parquet": second_rows})
+    config = mixture(tmp, entry(first, repo="org/first"), entry(second, repo="org/second"), rows="all",
+                     validation={"share": 0.2, "seed": 7})
+    return tmp, config, first, second, build(config, tmp / "out")
+
+
+def test_the_held_out_conversations_are_those_numpy_recomputes(split):
+    tmp, _, first, second, result = split
+    validation = result.parquet.with_name(result.data["validation"]["file"])
+    assert validation.name == "mix-test.validation.parquet" or validation.exists()
+    manifest = result.data["validation"]
+    vdata = make(load_config(split[1]), tmp / "out", progress=False).data  # up to date: nothing rebuilt
+    assert vdata["validation"] == manifest
+    held = {f"first:{i}" for i in numpy_held_out(ids_of(first), 7, share=0.2)} | \
+        {f"second:{i}" for i in numpy_held_out(ids_of(second), 7, share=0.2)}
+    from databuild.publish.manifest_read import read_manifest
+
+    vmanifest = read_manifest(validation.with_name(manifest["manifest"]))
+    selected = [s["selected"] for s in vmanifest["inputs"]["sources"]]
+    assert sum(selected) == len(held) and vmanifest["build"]["validation"]["split"] == "validation"
+    assert vmanifest["build"]["validation"]["seed"] == 7 and vmanifest["build"]["rows"] == "all"
+    first_ids, second_ids = ids_of(first), ids_of(second)
+    expected_ids = {first_ids[i] for i in numpy_held_out(first_ids, 7, share=0.2)} | \
+        {second_ids[i] for i in numpy_held_out(second_ids, 7, share=0.2)}
+    in_rows = {c for row in pq.read_table(validation).column("conversation_ids").to_pylist() for c in row}
+    assert in_rows <= expected_ids and len(in_rows) > len(expected_ids) // 2
+
+
+def test_training_shares_no_id_and_no_conversation_with_validation(split):
+    _, _, first, second, result = split
+    validation = result.parquet.with_name(result.data["validation"]["file"])
+    train_ids = {c for row in pq.read_table(result.parquet).column("conversation_ids").to_pylist() for c in row}
+    val_ids = {c for row in pq.read_table(validation).column("conversation_ids").to_pylist() for c in row}
+    assert train_ids and not train_ids & val_ids
+    assert "copy-of-a-held-out-one" not in train_ids
+    funnel = result.data["counts"]["funnel"]
+    dropped = [s["dropped"].get("validation", 0) for s in funnel["sources"]]
+    # recomputed: each source loses its held-out rows and every row with a held-out id or conversation
+    # (hashlib's key of data/README.md): the copy, the id twin, and the fixture's own repeats of one
+    rows = [[(r["id"], hashlib_key(r["messages"], None)) for r in pq.read_table(p).to_pylist()]
+            for p in (first / "data" / "train-00000-of-00001.parquet", second / "data" / "train-00000-of-00001.parquet")]
+    held = [set(numpy_held_out([i for i, _ in source], 7, share=0.2)) for source in rows]
+    held_ids = {source[k][0] for source, ks in zip(rows, held) for k in ks}
+    held_keys = {source[k][1] for source, ks in zip(rows, held) for k in ks}
+    expected = [sum(1 for k, (i, key) in enumerate(source) if k in ks or i in held_ids or key in held_keys)
+                for source, ks in zip(rows, held)]
+    assert expected[1] >= len(held[1]) + 1  # the copy at least
+    assert dropped == expected
+    assert result.data["counts"]["validation_held_out"]["by_source"] == dropped
+
+
+def test_both_files_verify_and_the_recipe_records_the_split(split, tmp_path):
+    tmp, config, _, _, result = split
+    validation = result.parquet.with_name(result.data["validation"]["file"])
+    for path in (result.parquet, validation):
+        done = run_cli("verify", str(path))
+        assert done.returncode == 0, done.stdout + done.stderr
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("workload:\n  dataset: {}\n")
+    done = run_cli("make", str(config), "--out", str(tmp / "out"), "--recipe", str(recipe))
+    assert done.returncode == 0, done.stderr
+    assert "validation" in done.stdout
+    text = recipe.read_text()
+    assert result.data["validation"]["rows_sha256"] in text and "validation:" in text
+
+
+def test_the_split_does_not_depend_on_the_training_settings(split, tmp_path):
+    tmp, _, first, second, result = split
+    other = build(mixture(tmp_path, entry(first, repo="org/first", take=0.5), entry(second, repo="org/second"),
+                          rows=5, seed=3, validation={"share": 0.2, "seed": 7}), tmp_path / "out")
+    assert other.data["validation"]["rows_sha256"] != "" and \
+        other.data["validation"]["file"] == result.data["validation"]["file"]
+    held = [s["selected_sha256"] for s in pq_manifest(other)["inputs"]["sources"]]
+    assert held == [s["selected_sha256"] for s in pq_manifest(result)["inputs"]["sources"]]
+
+
+def pq_manifest(result):
+    from databuild.publish.manifest_read import read_manifest
+
+    return read_manifest(result.parquet.with_name(result.data["validation"]["manifest"]))
+
+
+@pytest.mark.parametrize("value, message", [
+    ({"share": 1.5}, "validation.share' = 1.5: a fraction in \\(0, 1\\)"),
+    ({"share": 0.1, "count": 3}, "give either 'share'"),
+    ({"count": 0}, "validation.count' = 0: must be positive"),
+    ({"ratio": 0.1}, "unknown key 'ratio'"),
+])
+def test_bad_validation_keys_are_named(tmp_path, value, message):
+    with pytest.raises(BuildError, match=message):
+        load_config(write_config(tmp_path / "c.yaml", validation=value))
+
+
+def test_verify_of_the_training_file_fails_when_its_validation_file_differs(split, tmp_path):
+    import shutil
+
+    _, _, _, _, result = split
+    validation = result.parquet.with_name(result.data["validation"]["file"])
+    for path in (result.parquet, result.manifest, validation, validation.with_name(result.data["validation"]["manifest"])):
+        shutil.copy(path, tmp_path / path.name)
+    shutil.copy(result.parquet, tmp_path / validation.name)  # another file under the validation file's name
+    done = run_cli("verify", str(tmp_path / result.parquet.name))
+    assert done.returncode == 1 and f"validation file {validation.name}: rows_sha256" in done.stdout + done.stderr
+    (tmp_path / validation.name).unlink()
+    done = run_cli("verify", str(tmp_path / result.parquet.name))
+    assert done.returncode == 1 and "the validation file" in done.stdout + done.stderr
