@@ -110,13 +110,13 @@ def check_file_pins(found: list[tuple[str, str]], pins: tuple[tuple[str, str], .
 
 def check_shards(files: list[SourceFile], split: str, where: str) -> None:
     """A sharded split is its shards, all of them, and nothing else (no stray copy joins the build)."""
-    pattern = re.compile(rf"data/{re.escape(split)}-(\d{{5}})-of-(\d{{5}})\.parquet")
+    pattern = re.compile(rf"data/{re.escape(split)}-(\d{{5}})-of-(\d{{5}})(\..+)")
     matches = [pattern.fullmatch(f.name) for f in files]
     if not any(matches):
-        return  # unsharded: every data/{split}-*.parquet, each listed with its hash in the manifest
+        return  # unsharded: every file of the split, each listed with its hash in the manifest
     stray = [f.name for f, match in zip(files, matches) if match is None]
     if stray:
-        raise BuildError(f"{where}: {stray[0]} is not a shard of the split (data/{split}-NNNNN-of-NNNNN.parquet); "
+        raise BuildError(f"{where}: {stray[0]} is not a shard of the split (data/{split}-NNNNN-of-NNNNN.EXT); "
                          "remove it")
     counts = sorted({match.group(2) for match in matches})
     if len(counts) > 1:
@@ -124,7 +124,7 @@ def check_shards(files: list[SourceFile], split: str, where: str) -> None:
     total = int(counts[0])
     missing = sorted(set(range(total)) - {int(match.group(1)) for match in matches})
     if missing:
-        raise BuildError(f"{where}: missing shard data/{split}-{missing[0]:05d}-of-{total:05d}.parquet "
+        raise BuildError(f"{where}: missing shard data/{split}-{missing[0]:05d}-of-{total:05d}{matches[0].group(3)} "
                          f"({len(missing)} of {total} missing)")
 
 

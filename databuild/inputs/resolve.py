@@ -11,6 +11,7 @@ import numpy as np
 from ..config import BuildConfig, SourceSpec
 from ..errors import BuildError
 from ..sources.formats import adapter_for
+from ..sources.layout import card_patterns, fetch_patterns
 from ..sources.mixture import take_count, take_rows
 from ..sources.reader import SourceFile, source_files
 from .hub import check_cached_blob, fetch_all, fetch_hint, hub_snapshot, offline_hint, offline_mode, unreachable
@@ -56,8 +57,12 @@ class ResolvedInputs:
 def _source_root(config: BuildConfig, spec: SourceSpec, offline: bool, down: str | None) -> tuple[Path, str]:
     if spec.dir is not None:
         return local_dir(spec.dir, "source"), "local"
-    root = hub_snapshot(spec.repo, spec.revision, "dataset", [f"data/{spec.split}-*.parquet"], offline,
-                        offline_hint(config.name), down)
+    patterns = fetch_patterns(spec.split)
+    root = hub_snapshot(spec.repo, spec.revision, "dataset", patterns, offline, offline_hint(config.name), down)
+    named = card_patterns(root, spec.split)  # the card's config may name files elsewhere: those too
+    if named:
+        root = hub_snapshot(spec.repo, spec.revision, "dataset", patterns + named, offline, offline_hint(config.name),
+                            down)
     return root, "hub"
 
 
@@ -134,7 +139,11 @@ def fetch(config: BuildConfig) -> ResolvedInputs:
                          f"what is cached with 'databuild make {config.name} --offline'")
     for spec in config.sources:
         if spec.dir is None:
-            fetch_all(spec.repo, spec.revision, "dataset", [f"data/{spec.split}-*.parquet"])
+            patterns = fetch_patterns(spec.split)
+            fetch_all(spec.repo, spec.revision, "dataset", patterns)
+            named = card_patterns(hub_snapshot(spec.repo, spec.revision, "dataset", patterns, True, ""), spec.split)
+            if named:
+                fetch_all(spec.repo, spec.revision, "dataset", patterns + named)
     if config.tokenizer.dir is None:
         fetch_all(config.tokenizer.repo, config.tokenizer.revision, "model", list(TOKENIZER_PATTERNS))
     return resolve_inputs(config, offline=True)

@@ -1,4 +1,4 @@
-"""Source stage: a source's parquet files, read through its format's adapter (sources/formats) into
+"""Source stage: a source's files (parquet, JSON Lines, JSON), read through its format's adapter (sources/formats) into
 the one conversation record (SOURCE_SCHEMA), their schema and every row checked.
 
 The checks are column-wise (Arrow compute), so the whole source is checked in seconds; `spill`
@@ -20,6 +20,10 @@ import pyarrow.parquet as pq
 
 from ..errors import BuildError
 from ..records.problems import MALFORMED, BadConversation, Problem, bad_conversation
+from .json_files import Unparsed, is_json, scan
+from .json_files import rows as json_rows
+from .json_rows import decode_json_columns, has_json, rows_batch
+from .layout import split_files
 from .record import MESSAGE, ROLES, SOURCE_SCHEMA, unknown_role
 from ..records.conversation import REASONING_FIELDS
 from .tool_checks import TOOL_COUNTS, tool_call_findings
@@ -39,30 +43,44 @@ class SourceFile:
     name: str  # path relative to the source root, as recorded in the manifest
     rows: int
     first_index: int  # of its first row among the rows of every file of every source, in config order
-    message_bytes: int  # the message and tools columns' uncompressed size, from the parquet metadata
+    message_bytes: int  # the message and tools columns' uncompressed size (parquet), the decompressed size (JSON)
     source: str  # the config's repo of its source: names it in errors, stands in for a missing source column
     adapter: Adapter  # its source's format
+    groups: tuple[int, ...] = ()  # rows of each part a pass may read alone: parquet row groups; a JSON file is one
+
+    @property
+    def is_json(self) -> bool:
+        return is_json(self.name)
 
 
 def source_files(root: Path, split: str, adapter: Adapter, source: str, first: int = 0) -> list[SourceFile]:
-    """The split's parquet files under root/data, in sorted name order, with their row counts, their
-    schema checked against the adapter's format; their rows numbered from `first`."""
-    paths = sorted((root / "data").glob(f"{split}-*.parquet"))
-    if not paths:
-        raise BuildError(f"{root}: no files data/{split}-*.parquet")
+    """The split's files under root (sources/layout.py), in sorted name order, with their row counts,
+    a parquet file's schema checked against the adapter's format (a JSON file's, batch by batch);
+    their rows numbered from `first`."""
     files = []
-    for path in paths:
+    for path in split_files(root, split):
         name = path.relative_to(root).as_posix()
+        if is_json(name):
+            try:
+                rows, size = scan(path, name)
+            except (OSError, pa.ArrowException) as exc:
+                raise BuildError(f"{name}: not a readable JSON file ({exc})") from None
+            files.append(SourceFile(path, name, rows, first, size, source, adapter, (rows,)))
+            first += rows
+            continue
         try:
             meta = pq.ParquetFile(path)
         except (OSError, pa.ArrowException) as exc:
             raise BuildError(f"{name}: not a readable parquet file ({exc})") from None
-        problem = adapter.schema_problem(meta.schema_arrow)
-        if problem is not None:
-            raise BuildError(f"{name}: schema: {problem}")
-        files.append(SourceFile(path, name, meta.metadata.num_rows, first,
-                                _message_bytes(meta.metadata, (*adapter.message_columns, adapter.tools)), source, adapter))
-        first += meta.metadata.num_rows
+        if not any(has_json(field.type) for field in meta.schema_arrow):  # Json columns: checked as decoded
+            problem = adapter.schema_problem(meta.schema_arrow)
+            if problem is not None:
+                raise BuildError(f"{name}: schema: {problem}")
+        metadata = meta.metadata
+        files.append(SourceFile(path, name, metadata.num_rows, first,
+                                _message_bytes(metadata, (*adapter.message_columns, adapter.tools)), source, adapter,
+                                tuple(metadata.row_group(g).num_rows for g in range(metadata.num_row_groups))))
+        first += metadata.num_rows
     return files
 
 
@@ -78,21 +96,60 @@ def iter_batches(file: SourceFile, groups: range | None = None) -> Iterator[tupl
     """(index of the batch's first row, batch, rows the format refuses, keys with a null value the
     format dropped from structs by row: formats/structs.py), streaming, every batch in
     SOURCE_SCHEMA whatever the file's format and flavour of strings, lists and struct field order, so
-    that rows of different files and sources can share a bucket file. `groups`: only those row groups
-    of the file (all of them by default), so that parts of one file can be read at once."""
-    offset = file.first_index
+    that rows of different files and sources can share a bucket file. `groups`: only those of the
+    file's `groups` (all of them by default), so that parts of one file can be read at once."""
+    groups = range(len(file.groups)) if groups is None else groups
+    offset = file.first_index + sum(file.groups[:groups.start])
     try:
-        parquet = pq.ParquetFile(file.path)
-        if groups is None:
-            groups = range(parquet.metadata.num_row_groups)
-        offset += sum(parquet.metadata.row_group(g).num_rows for g in range(groups.start))
-        columns = file.adapter.read_columns(parquet.schema_arrow)
-        for batch in parquet.iter_batches(batch_size=READ_BATCH_ROWS, row_groups=groups, columns=columns):
-            yield offset, *file.adapter.normalise(batch, file, offset)
+        for batch, problems in (_json_batches(file) if file.is_json else _parquet_batches(file, groups)):
+            if file.is_json or any(has_json(field.type) for field in batch.schema):
+                problem = file.adapter.schema_problem(batch.schema)
+                if problem is not None:
+                    first = offset - file.first_index
+                    raise BuildError(f"{file.source}: {file.name}: rows {first}-{first + batch.num_rows - 1}: "
+                                     f"schema: {problem}")
+            normalised, refused = file.adapter.normalise(batch, file, offset)
+            yield offset, normalised, {**refused, **problems}
             offset += batch.num_rows
     except (OSError, pa.ArrowException) as exc:
         raise BuildError(f"{file.source}: {file.name}: unreadable after row {offset - file.first_index}: "
                          f"{exc}") from None
+
+
+def _strings(adapter: Adapter) -> tuple[str, ...]:
+    """The message fields the format reads as strings (its role and content)."""
+    return (getattr(adapter, "role", "role"), getattr(adapter, "content", "content"))
+
+
+def _parquet_batches(file: SourceFile, groups: range) -> Iterator[tuple[pa.RecordBatch, dict[int, str]]]:
+    parquet = pq.ParquetFile(file.path)
+    columns = file.adapter.read_columns(parquet.schema_arrow)
+    for batch in parquet.iter_batches(batch_size=READ_BATCH_ROWS, row_groups=groups, columns=columns):
+        problems: dict[int, str] = {}
+        batch = decode_json_columns(batch, file.adapter.message_columns, _strings(file.adapter), problems)
+        yield batch, problems
+
+
+def _json_batches(file: SourceFile) -> Iterator[tuple[pa.RecordBatch, dict[int, str]]]:
+    """The file's rows in batches (sources/json_rows.py), a row that is not one refused naming its line."""
+    values, lines = [], []
+    for line, value in json_rows(file.path, file.name):
+        values.append(value)
+        lines.append(line)
+        if len(values) == READ_BATCH_ROWS:
+            yield _json_batch(file, values, lines)
+            values, lines = [], []
+    if values:
+        yield _json_batch(file, values, lines)
+
+
+def _json_batch(file: SourceFile, values: list, lines: list[int]) -> tuple[pa.RecordBatch, dict[int, str]]:
+    problems = {row: value.reason for row, value in enumerate(values) if isinstance(value, Unparsed)}
+    batch = rows_batch([None if isinstance(v, Unparsed) else v for v in values], file.adapter.message_columns,
+                       _strings(file.adapter), problems)
+    batch = batch.select([name for name in batch.schema.names if name not in file.adapter.ignore])
+    return batch, {row: reason if reason.startswith("line ") else f"line {lines[row]}: {reason}"
+                   for row, reason in problems.items()}
 
 
 def _invalid_utf8(strings: pa.Array) -> list[int]:

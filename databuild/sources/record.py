@@ -19,6 +19,7 @@ column then null); the conversation's `tools` as JSON text too. JSON text keeps 
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import pyarrow as pa
@@ -50,10 +51,32 @@ def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict:
     return dict(pairs)
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"the number {text} is beyond a 64-bit float")
+    return value
+
+
+JSON_OPTIONS = {"object_pairs_hook": _no_duplicate_keys, "parse_constant": _no_constant, "parse_float": _finite}
+
+
 def parse_json(text: str) -> Any:
-    """JSON text as Python values, refusing what json.loads would silently resolve (a repeated key), and
-    nesting past MOST_JSON_DEPTH (TooDeep)."""
-    return json_depth.loads(text, object_pairs_hook=_no_duplicate_keys)
+    """JSON text as Python values, exactly: an object's keys in their order, an integer of any size
+    as int, a number with a fraction or exponent as the float64 it rounds to. Refused where
+    json.loads would silently resolve or accept what is not JSON: a repeated key, NaN or Infinity, a
+    number beyond a float64; and nesting past MOST_JSON_DEPTH (TooDeep)."""
+    return json_depth.loads(text, **JSON_OPTIONS)
+
+
+def json_decoder() -> json.JSONDecoder:
+    """The decoder of parse_json (its raw_decode parses a value within a longer text; the caller checks
+    the depth, json_depth.check_depth)."""
+    return json.JSONDecoder(**JSON_OPTIONS)
 
 
 def not_json(what: str, exc: ValueError) -> str:
@@ -184,4 +207,6 @@ def json_type_problem(kind: pa.DataType, where: str) -> str | None:
     if pa.types.is_map(kind):
         return (f"{where} is a parquet map ({kind}), which has no JSON value: store it as JSON text (a string) or as "
                 "datasets' Json type")
+    if isinstance(kind, pa.JsonType):  # `datasets`' Json: JSON text, read as the value it holds
+        return None
     return f"{where} is {kind}, which has no JSON value"

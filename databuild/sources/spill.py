@@ -28,7 +28,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc  # noqa: F401  (pa.ipc)
-import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from ..errors import BuildError
@@ -208,24 +207,21 @@ def _batch(pieces: list, malformed: dict[int, BadConversation], known_bad: np.nd
 
 
 def _parts(files: list[SourceFile], count: int) -> list[tuple[SourceFile, range]]:
-    """The files cut into about `count` parts of whole row groups, in source order: a part is as
-    many consecutive row groups as make up a count-th of the rows (at least one group), so a
-    source of a few large files is read by as many threads as one of many small files."""
+    """The files cut into about `count` parts of whole groups (parquet row groups; a JSON file is
+    one), in source order: a part is as many consecutive groups as make up a count-th of the rows
+    (at least one group), so a source of a few large files is read by as many threads as one of many
+    small files."""
     rows_per_part = max(1, sum(f.rows for f in files) // max(1, count))
     parts = []
     for file in files:
-        try:
-            metadata = pq.ParquetFile(file.path).metadata
-        except (OSError, pa.ArrowException) as exc:
-            raise BuildError(f"{file.source}: {file.name}: unreadable after row 0: {exc}") from None
         first, rows = 0, 0
-        for group in range(metadata.num_row_groups):
-            rows += metadata.row_group(group).num_rows
+        for group, size in enumerate(file.groups):
+            rows += size
             if rows >= rows_per_part:
                 parts.append((file, range(first, group + 1)))
                 first, rows = group + 1, 0
-        if first < metadata.num_row_groups:
-            parts.append((file, range(first, metadata.num_row_groups)))
+        if first < len(file.groups):
+            parts.append((file, range(first, len(file.groups))))
     return parts
 
 

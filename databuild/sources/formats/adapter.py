@@ -4,6 +4,7 @@ Arrow building blocks of the normalised messages column (record.SOURCE_SCHEMA)."
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,7 +31,10 @@ def is_list(kind: pa.DataType) -> bool:
 
 
 def python_values(values: pa.Array) -> list:
-    """values.to_pylist(), a string that is not UTF-8 given as INVALID_UTF8 instead of raising."""
+    """values.to_pylist(), a string that is not UTF-8 given as INVALID_UTF8 instead of raising; a
+    Json column (sources/json_rows.py writes the only ones an adapter sees) as the values it holds."""
+    if isinstance(values.type, pa.JsonType):
+        return [None if text is None else json.loads(text) for text in values.storage.to_pylist()]
     try:
         return values.to_pylist()
     except (UnicodeDecodeError, pa.ArrowException):
@@ -98,7 +102,8 @@ class Adapter:
                 problem = f"column '{column}' is {kind}"
         if problem is None and self.tools in schema.names and self.tools not in self.ignore:
             kind = schema.field(self.tools).type
-            if not (is_string(kind) or is_list(kind) or pa.types.is_null(kind)):  # null: none has tools
+            if not (is_string(kind) or is_list(kind) or pa.types.is_null(kind)  # null: none has tools
+                    or isinstance(kind, pa.JsonType)):
                 problem = f"column '{self.tools}' is {kind}, not a list of function schemas or its JSON text"
             else:
                 problem = json_type_problem(kind, f"column '{self.tools}'")

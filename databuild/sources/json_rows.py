@@ -1,0 +1,159 @@
+"""JSON values into Arrow, exactly: rows parsed from JSON files, and `datasets`' Json columns
+(`extension<arrow.json>`) of a parquet file, as batches the formats' adapters read.
+
+Arrow's own JSON reader (and `datasets`' json builder on it) infers one table schema and unifies
+keys: an object becomes a struct holding every key any row had, null where a row had none. Here no
+value is unified. A message column (the adapter's `message_columns`) becomes a list of structs whose
+fields are the message's keys, strings where every value is a string, else Json holding each
+value's JSON text; a message that lacks a key has null there, which the record reads as absent
+(sources/record.py). Every other column is a string column where every value is a string, an
+int64 column where every value is an integer that fits (an `id`), else Json: each row's value
+whole, its keys, their order and its numbers as written (sources/record.parse_json).
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+from typing import Any, Iterable
+
+import pyarrow as pa
+
+from .record import _type, parse_json
+
+INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _json(values: list) -> pa.Array:
+    return pa.ExtensionArray.from_storage(pa.json_(), pa.array(
+        [None if v is None else _dumps(v) for v in values], pa.string()))
+
+
+def _all(values: Iterable, kind: type | tuple[type, ...]) -> bool:
+    return all(v is None or isinstance(v, kind) and not isinstance(v, bool) for v in values)
+
+
+def _scalars(values: list) -> pa.Array:
+    """Strings, integers of an id, or Json."""
+    if _all(values, str):
+        return pa.array(values, pa.string())
+    if _all(values, int) and all(v is None or INT64[0] <= v <= INT64[1] for v in values):
+        return pa.array(values, pa.int64())
+    return _json(values)
+
+
+def _messages(lists: list, strings: tuple[str, ...], problems: dict[int, str]) -> pa.Array:
+    """A message column: list<struct<each key, in the order keys first appear>>, `strings` (the
+    format's role and content) always strings, refusing the row where one is not."""
+    if _all(lists, str):  # a string in place of messages (prompt_completion's one-turn form)
+        return pa.array(lists, pa.string())
+    lists = [_message_list(row, value, problems) for row, value in enumerate(lists)]
+    keys: dict[str, None] = dict.fromkeys(strings)
+    for messages in lists:
+        for message in messages or ():
+            keys.update(dict.fromkeys(message))
+    flat = [m for messages in lists if messages is not None for m in messages]
+    offsets = [0]
+    for messages in lists:
+        offsets.append(offsets[-1] + len(messages or ()))
+    children = []
+    for key in keys:
+        values = [m.get(key) for m in flat]
+        if key in strings:
+            for item, value in enumerate(values):
+                if value is not None and not isinstance(value, str):
+                    row = bisect.bisect_right(offsets, item) - 1
+                    problems.setdefault(row, f"message {item - offsets[row]}: {key} is {_type(value)}, not a string")
+                    values[item] = None
+        children.append(pa.array(values, pa.string()) if _all(values, str) else _json(values))
+    items = pa.StructArray.from_arrays(children, names=list(keys))
+    return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), items, mask=pa.array([v is None for v in lists]))
+
+
+def _message_list(row: int, value: Any, problems: dict[int, str]) -> list | None:
+    """The row's messages, or None (the row refused) where they are not a list of objects."""
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        problems.setdefault(row, f"{_type(value)} in place of a list of messages")
+        return None
+    for number, message in enumerate(value):
+        if not isinstance(message, dict):
+            problems.setdefault(row, f"message {number} is {_type(message)}, not an object"
+                                     + (_TWICE if isinstance(message, str) and message.startswith("{") else ""))
+            return None
+    return value
+
+
+# What `datasets` 5.2.0 writes when it falls back to Arrow's JSON reader (an integer beyond int64, say)
+_TWICE = " (a Json value holding a message's JSON text as a string: encoded twice; write it again as an object)"
+
+
+def rows_batch(rows: list[Any], message_columns: tuple[str, ...], strings: tuple[str, ...],
+               problems: dict[int, str]) -> pa.RecordBatch:
+    """Rows (JSON values, each an object) as a batch: a column per key, in the order keys first
+    appear; a row that is not an object is refused (into `problems`, by row) and has nulls."""
+    keys: dict[str, None] = {}
+    for row, value in enumerate(rows):
+        if isinstance(value, dict):
+            keys.update(dict.fromkeys(value))
+        else:
+            problems.setdefault(row, f"a JSON {_type(value).removeprefix('a ').removeprefix('an ')}, not an object")
+    objects = [value if isinstance(value, dict) else {} for value in rows]
+    columns = [_column(key, [o.get(key) for o in objects], message_columns, strings, problems) for key in keys]
+    return pa.RecordBatch.from_arrays(columns, names=list(keys)) if keys else \
+        pa.RecordBatch.from_pydict({"id": pa.nulls(len(rows), pa.string())})
+
+
+def _column(key: str, values: list, message_columns: tuple[str, ...], strings: tuple[str, ...],
+            problems: dict[int, str]) -> pa.Array:
+    return _messages(values, strings, problems) if key in message_columns else _scalars(values)
+
+
+def has_json(kind: pa.DataType) -> bool:
+    """Whether `kind` holds a Json value anywhere."""
+    if isinstance(kind, pa.JsonType):
+        return True
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+        return has_json(kind.value_type)
+    return pa.types.is_struct(kind) and any(has_json(child.type) for child in kind)
+
+
+def _decoded(value: Any, kind: pa.DataType) -> Any:
+    """A Python value of an Arrow value of type `kind`, each Json text in it parsed."""
+    if value is None:
+        return None
+    if isinstance(kind, pa.JsonType):
+        return parse_json(value)
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+        return [_decoded(v, kind.value_type) for v in value]
+    if pa.types.is_struct(kind):
+        return {child.name: _decoded(value[child.name], child.type) for child in kind}
+    return value
+
+
+def decode_json_columns(batch: pa.RecordBatch, message_columns: tuple[str, ...], strings: tuple[str, ...],
+                        problems: dict[int, str]) -> pa.RecordBatch:
+    """The batch with every column that holds Json (`datasets`' type, anywhere in it) rebuilt as
+    JSON rows are (rows_batch): the values it holds, read exactly; a Json text that does not parse
+    refuses its row. Columns without Json are kept as they are."""
+    if not any(has_json(field.type) for field in batch.schema):
+        return batch
+    columns = []
+    for field, column in zip(batch.schema, batch.columns):
+        if not has_json(field.type):
+            columns.append(column)
+            continue
+        values = []
+        for row, value in enumerate(column.to_pylist()):  # Json as its text, at any depth
+            try:
+                values.append(_decoded(value, field.type))
+            except (ValueError, UnicodeDecodeError) as exc:
+                problems.setdefault(row, f"column '{field.name}' holds Json text that does not parse ({exc})")
+                values.append(None)
+        columns.append(_column(field.name, values, message_columns, strings, problems))
+    return pa.RecordBatch.from_arrays(columns, names=batch.schema.names)

@@ -1,0 +1,211 @@
+"""Sources in JSON Lines and JSON, and parquet written by `datasets` (Json columns): the same
+conversations give the same rows whichever way they were written, every value as written (key
+order, numbers, unicode, no key added), bad JSON refused naming file, line and id."""
+
+from __future__ import annotations
+
+import copy
+import gzip
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from databuild.build import make, prepare
+from databuild.config import load_config
+from databuild.encode.render import load_tokenizer
+from databuild.errors import BuildError
+from test_agentic_sources import (CLOCK, WEATHER, agentic, config_for, conversations, plain, stream_rows,  # noqa: F401
+                                  tools_tokenizer)
+
+
+def rows_of(arguments_as_text: bool) -> list[dict]:
+    """The tool-calling conversations as rows of TRL's schema: id, messages, and tools where it has some."""
+    return [{"id": f"c-{i}", "messages": m, **({} if t is None else {"tools": t})}
+            for i, (m, t) in enumerate(conversations(arguments_as_text))]
+
+
+def write_jsonl(path: Path, rows: list, opener=open) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with opener(path, "wt", encoding="utf-8") as handle:
+        for row in rows:
+            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+    return path
+
+
+def write_zst(path: Path, rows: list) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with pa.CompressedOutputStream(str(path), "zstd") as handle:
+        handle.write("".join(json.dumps(r) + "\n" for r in rows).encode())
+    return path
+
+
+def write_datasets(path: Path, rows: list) -> Path:
+    """As `datasets` 5.2.0 writes them (its documented way for tool calls: on_mixed_types="use_json")."""
+    import datasets
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    datasets.Dataset.from_list(rows, on_mixed_types="use_json").to_parquet(str(path))
+    return path
+
+
+def built(tmp_path: Path, tokenizer: Path, root: Path, rows: int, **entry):
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    config = load_config(config_for(tmp_path, tokenizer, root, "messages", rows, **entry))
+    return config, make(config, tmp_path / "out", progress=False)
+
+
+def test_the_same_conversations_give_the_same_rows_however_written(tmp_path, tools_tokenizer):
+    objects, texts = rows_of(False), rows_of(True)
+    # text: arguments as JSON text, tools as JSON text (a string column), in parquet
+    as_text = [{**r, "tools": json.dumps(r["tools"]) if "tools" in r else None} for r in texts]
+    roots = {
+        "jsonl": write_jsonl(tmp_path / "jsonl" / "data" / "train-00000-of-00001.jsonl", objects).parents[1],
+        "json": tmp_path / "json",
+        "jsonl.gz+zst": tmp_path / "compressed",
+        "datasets": write_datasets(tmp_path / "ds" / "data" / "train-00000-of-00001.parquet", objects).parents[1],
+        "parquet-text": tmp_path / "text",
+    }
+    (roots["json"] / "data").mkdir(parents=True)
+    (roots["json"] / "data" / "train.json").write_text(json.dumps(objects, indent=2, ensure_ascii=False))
+    write_jsonl(roots["jsonl.gz+zst"] / "data" / "train-00000-of-00002.jsonl.gz", objects[:7], gzip.open)
+    write_zst(roots["jsonl.gz+zst"] / "data" / "train-00001-of-00002.jsonl.zst", objects[7:])
+    (roots["parquet-text"] / "data").mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist(as_text), roots["parquet-text"] / "data" / "train-00000-of-00001.parquet")
+    # datasets wrote Json columns (what this test is for), in the messages or deeper
+    assert "extension<arrow.json>" in str(pq.read_schema(roots["datasets"] / "data" / "train-00000-of-00001.parquet"))
+
+    # the rows without databuild: transformers' render of the conversations as json.loads gives them
+    reference = load_tokenizer(tools_tokenizer)
+    convs = [(copy.deepcopy(r["messages"]), r.get("tools")) for r in objects]
+    expected = stream_rows(reference, convs)
+    hashes = {}
+    for kind, root in roots.items():
+        _, result = built(tmp_path / kind, tools_tokenizer, root, len(expected))
+        table = pq.read_table(result.parquet)
+        assert list(zip(table.column("input_ids").to_pylist(), table.column("loss_mask").to_pylist())) == expected, kind
+        hashes[kind] = result.data["output"]["rows_sha256"]
+        assert result.data["counts"]["sources"][0]["messages"] == {
+            "tool_calls": 12, "tool_results": 12, "reasoning_turns": 18, "conversations_with_tools": 6}, kind
+    assert len(set(hashes.values())) == 1, hashes
+
+
+EXACT = [
+    {"id": "e-0", "messages": [
+        {"role": "user", "content": "Nombres: é, 你好, 👩‍💻, \u00e9 and a tab\t"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "a", "type": "function", "function": {"name": "get_weather", "arguments": {
+                "unit": "celsius", "city": "Paris", "n": 1.0, "m": 1, "big": 2 ** 70, "neg": -0.0,
+                "tiny": 5e-324, "nested": {"z": [1, 2.5, None, True], "a": {}}}}},
+            {"id": "b", "type": "function", "function": {"name": "get_time", "arguments": {"zone": "CET"}}}]},
+        {"role": "tool", "tool_call_id": "a", "name": "get_weather", "content": "21"},
+        {"role": "tool", "tool_call_id": "b", "name": "get_time", "content": "14:05"},
+        {"role": "assistant", "content": "Done."}],
+     "tools": [CLOCK, WEATHER]},
+    {"id": "e-1", "messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]},
+]
+
+
+def test_every_value_is_read_as_written(tmp_path, tools_tokenizer):
+    """Key order kept, no key added (two calls with different argument keys: Arrow's JSON reader
+    would give each the other's keys as null), 1.0 stays a float and 1 an integer, an integer
+    beyond int64 exact, unicode as written (raw or escaped), in JSON Lines, a JSON array, and
+    `datasets`' Json columns."""
+    line = json.dumps(EXACT[0], ensure_ascii=True)  # \\u escapes in the file
+    assert "\\u00e9" in line and "1180591620717411303424" in line and '"n": 1.0' in line
+    root = tmp_path / "src"
+    (root / "data").mkdir(parents=True)
+    (root / "data" / "train.jsonl").write_text(line + "\n" + json.dumps(EXACT[1], ensure_ascii=False))
+    _, records = read_records(tmp_path / "jsonl", tools_tokenizer, root)
+    assert_exact(records, EXACT)
+    array = tmp_path / "array"
+    (array / "data").mkdir(parents=True)
+    (array / "data" / "train.json").write_text(json.dumps(EXACT, indent=1, ensure_ascii=False))
+    assert_exact(read_records(tmp_path / "json", tools_tokenizer, array)[1], EXACT)
+    # datasets: what it writes exactly (its ujson writes -0.0 as 0.0; an integer beyond int64 sends it to a
+    # fallback that encodes each message twice, refused below)
+    within = copy.deepcopy(EXACT)
+    for key in ("big", "neg"):
+        del within[0]["messages"][1]["tool_calls"][0]["function"]["arguments"][key]
+    ds = write_datasets(tmp_path / "ds" / "data" / "train-00000-of-00001.parquet", within).parents[1]
+    assert_exact(read_records(tmp_path / "datasets", tools_tokenizer, ds)[1], within, tools_from_datasets=True)
+
+
+def test_messages_datasets_encoded_twice_are_refused_saying_so(tmp_path, tools_tokenizer):
+    ds = write_datasets(tmp_path / "ds" / "data" / "train-00000-of-00001.parquet", EXACT).parents[1]
+    assert isinstance(json.loads(pq.read_table(ds / "data" / "train-00000-of-00001.parquet").column(
+        "messages").to_pylist()[0][0]), str)  # a JSON string holding the message's JSON text
+    config = load_config(config_for(tmp_path, tools_tokenizer, ds, "messages", 1))
+    with pytest.raises(BuildError, match=r"row 0 \(id 'e-0'\): message 0 is a string, not an object \(a Json value "
+                                         r"holding a message's JSON text as a string: encoded twice"):
+        make(config, tmp_path / "out", progress=False)
+
+
+def read_records(tmp_path: Path, tokenizer: Path, root: Path):
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    config = load_config(config_for(tmp_path, tokenizer, root, "messages", 1))
+    with prepare(config) as prepared:
+        return config, sorted(prepared.conversations(), key=lambda c: c.index)
+
+
+def assert_exact(records, rows: list[dict], tools_from_datasets: bool = False):
+    first = records[0]
+    calls = first.messages[1]["tool_calls"]
+    arguments = calls[0]["function"]["arguments"]
+    written = rows[0]["messages"][1]["tool_calls"][0]["function"]["arguments"]
+    assert json.dumps(arguments) == json.dumps(written)  # same keys, same order, same numbers
+    assert list(arguments) == [k for k in ["unit", "city", "n", "m", "big", "neg", "tiny", "nested"] if k in written]
+    assert type(arguments["n"]) is float and type(arguments["m"]) is int and arguments["tiny"] == 5e-324
+    if "big" in written:
+        assert arguments["big"] == 2 ** 70 and str(arguments["neg"]) == "-0.0"
+    assert calls[1]["function"]["arguments"] == {"zone": "CET"}  # nothing of the other call's keys
+    assert first.messages[0]["content"] == "Nombres: é, 你好, 👩‍💻, é and a tab\t"
+    if not tools_from_datasets:  # datasets' own tools column is a struct (the other tools' keys: issue 29's policy)
+        assert json.dumps(first.tools) == json.dumps([CLOCK, WEATHER])
+    assert records[1].messages == ({"content": "x", "role": "user"}, {"content": "y", "role": "assistant"})
+
+
+BAD_LINES = [
+    ('{"id": "b", "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo",}]}',
+     "line 2 is not JSON (Expecting property name enclosed in double quotes"),
+    ('{"id": "b", "id": "c", "messages": []}', "line 2 is not JSON (duplicate key 'id')"),
+    ('{"id": "b", "messages": [{"role": "user", "content": "hi"}], "tools": [{"x": NaN}]}',
+     "line 2 is not JSON (NaN is not a JSON number)"),
+    ('{"id": "b", "messages": [{"role": "user", "content": "x"}], "tools": [{"n": 1e400}]}',
+     "line 2 is not JSON (the number 1e400 is beyond a 64-bit float)"),
+    ('', "line 2 is blank, not a JSON object"),
+    ('[1, 2]', "line 2: a JSON list, not an object"),
+    ('{"id": "b", "messages": [{"role": "user", "content": ["a", "b"]}]}', "line 2: message 0: content is a list, "
+                                                                           "not a string"),
+]
+
+
+@pytest.mark.parametrize("line, reason", BAD_LINES)
+def test_a_bad_line_is_refused_naming_file_line_and_id(tmp_path, tools_tokenizer, line, reason):
+    good = json.dumps({"id": "a", "messages": [{"role": "user", "content": "hi"},
+                                               {"role": "assistant", "content": "yo " * 40}]})
+    root = tmp_path / "src"
+    (root / "data").mkdir(parents=True)
+    last = good.replace('"a"', '"d"')
+    (root / "data" / "train.jsonl").write_text(f"{good}\n{line}\n{last}\n")
+    config = load_config(config_for(tmp_path, tools_tokenizer, root, "messages", 1))
+    with pytest.raises(BuildError) as error:
+        make(config, tmp_path / "out", progress=False)
+    message = str(error.value)
+    assert "org/agentic: data/train.jsonl: row 1 (id " in message and reason in message, message
+    assert "\n" not in message
+    # under skip: built without it, counted
+    config = load_config(config_for(tmp_path, tools_tokenizer, root, "messages", "all", policy="skip"))
+    result = make(config, tmp_path / "skip", progress=False)
+    assert result.data["counts"]["conversations_skipped"]["malformed"] == 1
+
+
+def test_a_json_array_with_a_syntax_error_is_refused_naming_its_line(tmp_path, tools_tokenizer):
+    root = tmp_path / "src"
+    (root / "data").mkdir(parents=True)
+    (root / "data" / "train.json").write_text('[\n  {"id": "a", "messages": []},\n  {"id": "b" "messages": []}\n]')
+    config = load_config(config_for(tmp_path, tools_tokenizer, root, "messages", 1))
+    with pytest.raises(BuildError, match=r"data/train.json: line 3: not JSON \(Expecting ',' delimiter, line 3\)"):
+        make(config, tmp_path / "out", progress=False)
