@@ -12,6 +12,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from ruamel.yaml import YAML
 
 from databuild.build import make, prepare
 from databuild.config import load_config
@@ -209,3 +210,74 @@ def test_a_json_array_with_a_syntax_error_is_refused_naming_its_line(tmp_path, t
     config = load_config(config_for(tmp_path, tools_tokenizer, root, "messages", 1))
     with pytest.raises(BuildError, match=r"data/train.json: line 3: not JSON \(Expecting ',' delimiter, line 3\)"):
         make(config, tmp_path / "out", progress=False)
+
+
+# init and the hub's layouts: init detects the format of a JSON Lines folder and of a folder `datasets`
+# wrote, and what it writes builds as it stands, from a local folder or the hub cache, whatever the layout.
+
+CARD = """---
+license: apache-2.0
+configs:
+- config_name: default
+  data_files:
+  - split: train
+    path: "chats/part-*"
+  - split: test
+    path: chats/held-out.jsonl
+---
+# Tool calls
+"""
+
+
+def layouts(tmp_path: Path) -> dict[str, Path]:
+    """The conversations in each layout: {name: folder}."""
+    rows = rows_of(False)
+    out = {name: tmp_path / name for name in ("shards", "root-jsonl", "data-json", "card", "datasets")}
+    write_jsonl(out["shards"] / "data" / "train-00000-of-00002.jsonl", rows[:5])
+    write_zst(out["shards"] / "data" / "train-00001-of-00002.jsonl.zst", rows[5:])
+    write_jsonl(out["root-jsonl"] / "train.jsonl", rows)
+    (out["data-json"] / "data").mkdir(parents=True)
+    (out["data-json"] / "data" / "train.json").write_text(json.dumps(rows))
+    write_jsonl(out["card"] / "chats" / "part-0.jsonl.gz", rows[:9], gzip.open)
+    write_jsonl(out["card"] / "chats" / "part-1.jsonl", rows[9:])
+    write_jsonl(out["card"] / "chats" / "held-out.jsonl", rows[:2])  # the test split: not read
+    write_jsonl(out["card"] / "data" / "train-00000-of-00001.jsonl", rows[:1])  # the card wins over the layout
+    (out["card"] / "README.md").write_text(CARD)
+    write_datasets(out["datasets"] / "data" / "train-00000-of-00001.parquet", rows)
+    return out
+
+
+@pytest.mark.parametrize("origin", ["local", "hub"])
+def test_init_detects_json_and_datasets_sources_and_its_config_builds(tmp_path, tools_tokenizer, origin):
+    from test_hub import lay_out_repo
+    from test_init import databuild
+
+    folders = layouts(tmp_path / "sources")
+    cache = tmp_path / "hub" if origin == "hub" else None
+    work = tmp_path / "work"
+    work.mkdir()
+    hashes = {}
+    for name, folder in folders.items():
+        if origin == "local" and name not in ("shards", "datasets"):  # the layouts: through the hub cache
+            continue
+        given = str(folder)
+        if cache is not None:
+            files = {p.relative_to(folder).as_posix(): p for p in sorted(folder.rglob("*")) if p.is_file()}
+            lay_out_repo(cache, "dataset", f"org/{name}", f"{len(hashes) + 1}" * 40, files)
+            given = f"org/{name}"
+        made = databuild("init", name, "--tokenizer", tools_tokenizer, "--source", given, "--rows", 2,
+                         "--row-tokens", 64, cwd=work, cache=cache)
+        assert made.returncode == 0, made.stderr
+        text = (work / "configs" / f"{name}.yaml").read_text()
+        assert "format: messages # detected from the schema (columns messages)" in text, text
+        pinned = list(YAML(typ="safe").load(text)["sources"][0]["sha256"])
+        assert pinned == {"shards": ["data/train-00000-of-00002.jsonl", "data/train-00001-of-00002.jsonl.zst"],
+                          "root-jsonl": ["train.jsonl"], "data-json": ["data/train.json"],
+                          "card": ["chats/part-0.jsonl.gz", "chats/part-1.jsonl"],
+                          "datasets": ["data/train-00000-of-00001.parquet"]}[name], text
+        built = databuild("make", name, "--offline", cwd=work, cache=cache)
+        assert built.returncode == 0, built.stderr
+        manifest = json.loads((work / "build" / f"{name}.manifest.json").read_text())
+        hashes[name] = manifest["output"]["rows_sha256"]
+        assert manifest["output"]["rows"] == 2
+    assert len(set(hashes.values())) == 1, hashes

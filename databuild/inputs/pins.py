@@ -116,7 +116,8 @@ def check_shards(files: list[SourceFile], split: str, where: str) -> None:
         return  # unsharded: every file of the split, each listed with its hash in the manifest
     stray = [f.name for f, match in zip(files, matches) if match is None]
     if stray:
-        raise BuildError(f"{where}: {stray[0]} is not a shard of the split (data/{split}-NNNNN-of-NNNNN.EXT); "
+        suffix = next(match for match in matches if match is not None).group(3)
+        raise BuildError(f"{where}: {stray[0]} is not a shard of the split (data/{split}-NNNNN-of-NNNNN{suffix}); "
                          "remove it")
     counts = sorted({match.group(2) for match in matches})
     if len(counts) > 1:

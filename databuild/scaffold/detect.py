@@ -1,4 +1,5 @@
-"""A source's format, read off its parquet schema: each format's own schema check (sources/formats,
+"""A source's format, read off its parquet schema (a JSON file's, and a parquet file's with Json
+columns, as the reader builds it from the first rows): each format's own schema check (sources/formats,
 so a format added there is detected here unasked), else one list-of-struct column whose items have
 one role-like and one content-like string field (a column mapping). Two candidates, or none, are
 the user's to decide: the error names --format. Tool and reasoning fields are named for the comment."""
@@ -6,6 +7,7 @@ the user's to decide: the error names --format. Tool and reasoning fields are na
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from itertools import islice
 from pathlib import Path
 
 import pyarrow as pa
@@ -16,9 +18,13 @@ from ..sources.formats import FORMATS
 from ..sources.formats.adapter import Adapter
 from ..sources.formats.messages import MessageColumn
 from ..sources.formats.adapter import is_string
+from ..sources.json_files import Unparsed, is_json
+from ..sources.json_files import rows as json_rows
+from ..sources.json_rows import decode_json_columns, decoded_values, has_json, rows_batch
 
 ROLE_FIELDS = ("role", "from", "speaker", "author")
 CONTENT_FIELDS = ("content", "value", "text")
+SAMPLE_ROWS = 1000  # of a JSON file, or of a parquet file with Json columns: what the formats are tried on
 TOOL_FIELDS = ("tool_calls", "tool_call_id", "name", "reasoning_content", "thinking", "reasoning", "function_call")
 
 
@@ -59,12 +65,40 @@ def _extras(schema: pa.Schema, columns: list[str]) -> tuple[str, ...]:
     return tuple(extras + (["tools column"] if "tools" in schema.names else []))
 
 
-def detect_format(path: Path, given: str) -> Detected:
-    """The format of the source file `path` (`given` names the source in errors)."""
+def _lists_of_objects(rows: list) -> tuple[str, ...]:
+    """The keys whose values (where set) are all lists of objects: the columns that could hold messages."""
+    keys = dict.fromkeys(k for row in rows if isinstance(row, dict) for k in row)
+    return tuple(k for k in keys if all(isinstance(row.get(k), list) and all(isinstance(m, dict) for m in row[k])
+                                        for row in rows if isinstance(row, dict) and row.get(k) is not None))
+
+
+def _schema(path: Path, given: str) -> pa.Schema:
+    """The schema the formats are tried on: a parquet file's own; a JSON file's first SAMPLE_ROWS rows,
+    and a parquet file's with Json columns its first batch, as the reader builds them (sources/json_rows)."""
+    if is_json(path.name):
+        try:
+            rows = [value for _, value in islice(json_rows(path, path.name), SAMPLE_ROWS)
+                    if not isinstance(value, Unparsed)]
+        except (OSError, pa.ArrowException, BuildError) as exc:
+            raise BuildError(f"--source {given}: {path.name}: not a readable JSON file ({exc})") from None
+        return rows_batch(rows, _lists_of_objects(rows), (), {}).schema
     try:
-        schema = pq.read_schema(path)
+        parquet = pq.ParquetFile(path)
+        if not any(has_json(field.type) for field in parquet.schema_arrow):
+            return parquet.schema_arrow
+        batch = next(parquet.iter_batches(batch_size=SAMPLE_ROWS), None)
     except (OSError, pa.ArrowException) as exc:
         raise BuildError(f"--source {given}: {path.name}: not a readable parquet file ({exc})") from None
+    if batch is None:
+        return parquet.schema_arrow
+    columns = {name: decoded_values(batch.column(name), name, {}) for name in batch.schema.names}
+    rows = [dict(zip(columns, values)) for values in zip(*columns.values())]
+    return decode_json_columns(batch, _lists_of_objects(rows), (), {}).schema
+
+
+def detect_format(path: Path, given: str) -> Detected:
+    """The format of the source file `path` (`given` names the source in errors)."""
+    schema = _schema(path, given)
     named = [name for name, adapter in FORMATS.items() if _fits(adapter, schema)]
     if len(named) == 1:
         adapter = FORMATS[named[0]]

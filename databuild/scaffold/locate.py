@@ -15,6 +15,7 @@ from ..config import COMMIT_RE
 from ..errors import BuildError
 from ..inputs.hub import hub_snapshot, offline_mode
 from ..inputs.pins import TOKENIZER_PATTERNS, hash_files, tokenizer_files
+from ..sources.layout import card_patterns, fetch_patterns, split_files
 
 REPO_RE = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
 
@@ -64,14 +65,19 @@ def locate_tokenizer(given: str, offline: bool) -> Located:
 
 def locate_source(given: str, split: str, offline: bool) -> Located:
     directory = Path(given).expanduser()
-    pattern = f"data/{split}-*.parquet"
     if directory.is_dir():
         root, repo, commit, asked = directory.resolve(), None, None, None
     else:
-        root, repo, commit, asked = _hub(given, "dataset", [pattern], offline, "--source")
-    files = sorted(p.relative_to(root).as_posix() for p in root.glob(pattern))
-    if not files:
-        raise BuildError(f"--source {given}: no files {pattern} in {root} (a source is laid out as its hub repo; "
-                         "--split names the split)")
+        patterns = fetch_patterns(split)
+        root, repo, commit, asked = _hub(given, "dataset", patterns, offline, "--source")
+        named = card_patterns(root, split)
+        if named:  # as make reads it: the card's files too
+            root = _hub(f"{repo}@{commit}", "dataset", patterns + named, offline, "--source")[0]
+    try:
+        paths = split_files(root, split)
+    except BuildError as exc:
+        raise BuildError(f"--source {given}: {exc} (a source is laid out as its hub repo; --split names the "
+                         "split)") from None
+    files = [p.relative_to(root).as_posix() for p in paths]
     return Located(given, root, repo, commit, asked, tuple(files),
-                   tuple(d for d, _ in hash_files([root / f for f in files], "hashing the source")))
+                   tuple(d for d, _ in hash_files(paths, "hashing the source")))

@@ -65,7 +65,8 @@ def _source(located: Located, detected: Detected, split: str, config_dir: Path) 
     _origin(entry, located, config_dir)
     if split != "train":
         entry["split"] = split
-        entry.yaml_add_eol_comment(f"the files data/{split}-*.parquet", "split")
+        entry.yaml_add_eol_comment("the files of this split (data/SPLIT-*.EXT, data/SPLIT.EXT, SPLIT.EXT, or the "
+                                   "dataset card's data_files)", "split")
     entry["format"] = detected.format if isinstance(detected.format, str) else CommentedMap(detected.format)
     extras = f"; tool/reasoning fields: {', '.join(detected.extras)}" if detected.extras else ""
     entry.yaml_add_eol_comment(f"{detected.why}{extras}", "format")

@@ -148,12 +148,18 @@ def decode_json_columns(batch: pa.RecordBatch, message_columns: tuple[str, ...],
         if not has_json(field.type):
             columns.append(column)
             continue
-        values = []
-        for row, value in enumerate(column.to_pylist()):  # Json as its text, at any depth
-            try:
-                values.append(_decoded(value, field.type))
-            except (ValueError, UnicodeDecodeError) as exc:
-                problems.setdefault(row, f"column '{field.name}' holds Json text that does not parse ({exc})")
-                values.append(None)
+        values = decoded_values(column, field.name, problems)
         columns.append(_column(field.name, values, message_columns, strings, problems))
     return pa.RecordBatch.from_arrays(columns, names=batch.schema.names)
+
+
+def decoded_values(column: pa.Array, name: str, problems: dict[int, str]) -> list:
+    """The column's Python values, each Json text in them parsed; a text that does not parse refuses its row."""
+    values = []
+    for row, value in enumerate(column.to_pylist()):  # Json as its text, at any depth
+        try:
+            values.append(_decoded(value, column.type))
+        except (ValueError, UnicodeDecodeError) as exc:
+            problems.setdefault(row, f"column '{name}' holds Json text that does not parse ({exc})")
+            values.append(None)
+    return values
