@@ -27,8 +27,9 @@ TOKEN = "hf_databuild_test_token"
 
 def fixture_repos(tokenizer_json: bytes | None = None) -> dict[tuple[str, str, str], dict[str, bytes]]:
     """The fixture dataset and tokenizer at their pinned commits (with another tokenizer.json if
-    given), beside files a pinned build must not fetch: another split, the repos' READMEs and a
-    config.json, a newer commit of the dataset."""
+    given), beside files a pinned build must not fetch: another split, the tokenizer repo's README and a
+    config.json, a newer commit of the dataset (the dataset's README, its card, is fetched: its configs
+    may name the split's files)."""
     source = {path: (SOURCE_DIR / path).read_bytes() for path in SHARDS}
     source |= {"README.md": b"# tulu-tiny\n", ".gitattributes": b"*.parquet filter=lfs diff=lfs merge=lfs -text\n",
                "data/test-00000-of-00001.parquet": source[SHARDS[0]]}
@@ -66,10 +67,12 @@ def expected_requests(listings: int = 1) -> list[tuple[str, str, str]]:
     GET of the file from the hub (git blobs) or the CDN (LFS)."""
     out = listings * [("hub", "GET", f"/api/datasets/{SOURCE_REPO}/tree/{SOURCE_COMMIT}?recursive=true&expand=false"),
                       ("hub", "GET", f"/api/models/{TOKENIZER_REPO}/tree/{TOKENIZER_COMMIT}?recursive=true&expand=false")]
-    for prefix, root, names in ((f"/datasets/{SOURCE_REPO}/resolve/{SOURCE_COMMIT}", SOURCE_DIR, SHARDS),
+    # the dataset card too (README.md): its configs may name the split's files (data/README.md "Source files")
+    card = {"README.md": fixture_repos()[("dataset", SOURCE_REPO, SOURCE_COMMIT)]["README.md"]}
+    for prefix, root, names in ((f"/datasets/{SOURCE_REPO}/resolve/{SOURCE_COMMIT}", SOURCE_DIR, (*SHARDS, "README.md")),
                                 (f"/{TOKENIZER_REPO}/resolve/{TOKENIZER_COMMIT}", TOKENIZER_DIR, TOKENIZER_FILES)):
         for name in names:
-            data = (root / name).read_bytes()
+            data = card[name] if name in card else (root / name).read_bytes()
             out.append(("hub", "HEAD", f"{prefix}/{name}"))
             out.append(("cdn", "GET", f"/lfs/{hashlib.sha256(data).hexdigest()}") if is_lfs(name, data)
                        else ("hub", "GET", f"{prefix}/{name}"))
@@ -243,7 +246,9 @@ def test_fetch_downloads_every_source_of_a_mixture(tmp_path):
         assert result.returncode == 0, result.stderr
         assert all(f"snapshots/{commit}" in result.stdout for _, commit in MIXTURE)
         assert commits(server.requests) == {MIXTURE[0][1], MIXTURE[1][1], TOKENIZER_COMMIT}
-        assert not any(r.path.endswith("README.md") for r in server.requests)
+        # of the READMEs, the dataset cards alone (their configs may name the split's files)
+        assert {r.path for r in server.requests if r.path.endswith("README.md") and r.method == "GET"} == {
+            f"/datasets/{repo}/resolve/{commit}/README.md" for repo, commit in MIXTURE}
         fetched = len(server.requests)
         result = run(server, tmp_path / "hf", "make", str(config), "--offline", "--out", str(tmp_path / "out"))
         assert result.returncode == 0, result.stderr
