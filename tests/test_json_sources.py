@@ -44,11 +44,14 @@ def write_zst(path: Path, rows: list) -> Path:
 
 
 def write_datasets(path: Path, rows: list) -> Path:
-    """As `datasets` 5.2.0 writes them (its documented way for tool calls: on_mixed_types="use_json")."""
+    """As `datasets` 5.2.0 writes them with its Json type: each message, and the tools list, Json (what it
+    writes by itself, on_mixed_types="use_json", keeps the tools a struct: refused, formats/structs.py)."""
     import datasets
+    from datasets import Features, Json, List, Value
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    datasets.Dataset.from_list(rows, on_mixed_types="use_json").to_parquet(str(path))
+    features = Features({"id": Value("string"), "messages": List(Json()), "tools": Json()})
+    datasets.Dataset.from_list([{"tools": None, **row} for row in rows], features=features).to_parquet(str(path))
     return path
 
 
@@ -89,7 +92,9 @@ def test_the_same_conversations_give_the_same_rows_however_written(tmp_path, too
         assert list(zip(table.column("input_ids").to_pylist(), table.column("loss_mask").to_pylist())) == expected, kind
         hashes[kind] = result.data["output"]["rows_sha256"]
         assert result.data["counts"]["sources"][0]["messages"] == {
-            "tool_calls": 12, "tool_results": 12, "reasoning_turns": 18, "conversations_with_tools": 6}, kind
+            "tool_calls": 12, "tool_results": 12, "reasoning_turns": 18, "conversations_with_tools": 6,
+            "conversations_with_undeclared_tools": 0, "struct_null_keys_dropped": 0, "tool_calls_invalid_arguments": 0,
+            "tool_calls_undeclared": 0}, kind
     assert len(set(hashes.values())) == 1, hashes
 
 
@@ -135,7 +140,13 @@ def test_every_value_is_read_as_written(tmp_path, tools_tokenizer):
 
 
 def test_messages_datasets_encoded_twice_are_refused_saying_so(tmp_path, tools_tokenizer):
-    ds = write_datasets(tmp_path / "ds" / "data" / "train-00000-of-00001.parquet", EXACT).parents[1]
+    import datasets
+
+    ds = tmp_path / "ds"
+    (ds / "data").mkdir(parents=True)
+    rows = [{key: value for key, value in row.items() if key != "tools"} for row in EXACT]
+    datasets.Dataset.from_list(rows, on_mixed_types="use_json").to_parquet(str(ds / "data" /
+                                                                              "train-00000-of-00001.parquet"))
     assert isinstance(json.loads(pq.read_table(ds / "data" / "train-00000-of-00001.parquet").column(
         "messages").to_pylist()[0][0]), str)  # a JSON string holding the message's JSON text
     config = load_config(config_for(tmp_path, tools_tokenizer, ds, "messages", 1))
@@ -178,8 +189,9 @@ BAD_LINES = [
      "line 2 is not JSON (the number 1e400 is beyond a 64-bit float)"),
     ('', "line 2 is blank, not a JSON object"),
     ('[1, 2]', "line 2: a JSON list, not an object"),
-    ('{"id": "b", "messages": [{"role": "user", "content": ["a", "b"]}]}', "line 2: message 0: content is a list, "
-                                                                           "not a string"),
+    ('{"id": "b", "messages": [{"role": "user", "content": ["a", "b"]}]}', "message 0: content[0] is a string, "
+                                                                           "not a part"),
+    ('{"id": "b", "messages": [{"role": 7, "content": "x"}]}', "line 2: message 0: role is a number, not a string"),
 ]
 
 
@@ -244,6 +256,12 @@ def layouts(tmp_path: Path) -> dict[str, Path]:
     write_jsonl(out["card"] / "data" / "train-00000-of-00001.jsonl", rows[:1])  # the card wins over the layout
     (out["card"] / "README.md").write_text(CARD)
     write_datasets(out["datasets"] / "data" / "train-00000-of-00001.parquet", rows)
+    import datasets  # its own choice of types: the tools a struct (their schemas share keys), Json inside
+
+    out["datasets-default"] = tmp_path / "datasets-default"
+    (out["datasets-default"] / "data").mkdir(parents=True)
+    datasets.Dataset.from_list(rows, on_mixed_types="use_json").to_parquet(
+        str(out["datasets-default"] / "data" / "train-00000-of-00001.parquet"))
     return out
 
 
@@ -258,7 +276,7 @@ def test_init_detects_json_and_datasets_sources_and_its_config_builds(tmp_path, 
     work.mkdir()
     hashes = {}
     for name, folder in folders.items():
-        if origin == "local" and name not in ("shards", "datasets"):  # the layouts: through the hub cache
+        if origin == "local" and name not in ("shards", "datasets", "datasets-default"):  # layouts: through the hub
             continue
         given = str(folder)
         if cache is not None:
@@ -270,11 +288,15 @@ def test_init_detects_json_and_datasets_sources_and_its_config_builds(tmp_path, 
         assert made.returncode == 0, made.stderr
         text = (work / "configs" / f"{name}.yaml").read_text()
         assert "format: messages # detected from the schema (columns messages)" in text, text
-        pinned = list(YAML(typ="safe").load(text)["sources"][0]["sha256"])
+        entry = YAML(typ="safe").load(text)["sources"][0]
+        # a struct where the record holds JSON: declared, said why (nothing of these rows is null there)
+        assert entry.get("struct_nulls") == ("drop" if name == "datasets-default" else None), text
+        pinned = list(entry["sha256"])
         assert pinned == {"shards": ["data/train-00000-of-00002.jsonl", "data/train-00001-of-00002.jsonl.zst"],
                           "root-jsonl": ["train.jsonl"], "data-json": ["data/train.json"],
                           "card": ["chats/part-0.jsonl.gz", "chats/part-1.jsonl"],
-                          "datasets": ["data/train-00000-of-00001.parquet"]}[name], text
+                          "datasets": ["data/train-00000-of-00001.parquet"],
+                          "datasets-default": ["data/train-00000-of-00001.parquet"]}[name], text
         built = databuild("make", name, "--offline", cwd=work, cache=cache)
         assert built.returncode == 0, built.stderr
         manifest = json.loads((work / "build" / f"{name}.manifest.json").read_text())

@@ -18,9 +18,10 @@ from ..sources.formats import FORMATS
 from ..sources.formats.adapter import Adapter
 from ..sources.formats.messages import MessageColumn
 from ..sources.formats.adapter import is_string
+from ..sources.tool_checks import DataRules
 from ..sources.json_files import Unparsed, is_json
 from ..sources.json_files import rows as json_rows
-from ..sources.json_rows import decode_json_columns, decoded_values, has_json, rows_batch
+from ..sources.json_rows import decode_json_columns, decoded_values, json_messages, rows_batch
 
 ROLE_FIELDS = ("role", "from", "speaker", "author")
 CONTENT_FIELDS = ("content", "value", "text")
@@ -34,11 +35,26 @@ class Detected:
     why: str  # for the comment: what decided it
     extras: tuple[str, ...]  # tool or reasoning fields, and a tools column, the schema holds
     unread: tuple[str, ...] = ()  # columns the format does not read: written as ignore_fields, with a comment
+    structs: str | None = None  # where the format reads the file only under struct_nulls: drop, the refusal
 
 
 def _fits(adapter: Adapter, schema: pa.Schema) -> bool:
     """The format reads the schema, columns it does not read aside."""
     return replace(adapter, ignore=frozenset(adapter.unread_columns(schema))).schema_problem(schema) is None
+
+
+def _detect_structs(schema: pa.Schema, given: str) -> Detected | None:
+    """The format that reads the schema only with struct_nulls: drop (a struct where the record holds
+    JSON values: `datasets` writes one for a tools list whose schemas share their keys), or None."""
+    drop = DataRules(struct_nulls="drop")
+    named = [name for name, adapter in FORMATS.items() if _fits(replace(adapter, rules=drop), schema)]
+    if len(named) != 1:
+        return None
+    adapter = FORMATS[named[0]]
+    refusal = replace(adapter, ignore=frozenset(adapter.unread_columns(schema))).schema_problem(schema) or ""
+    return Detected(named[0], f"detected from the schema (columns {', '.join(adapter.message_columns)})",
+                    _extras(schema, list(adapter.message_columns)), adapter.unread_columns(schema),
+                    refusal.split(" is a parquet ")[0])
 
 
 def _mappings(schema: pa.Schema) -> list[dict[str, str]]:
@@ -66,10 +82,12 @@ def _extras(schema: pa.Schema, columns: list[str]) -> tuple[str, ...]:
 
 
 def _lists_of_objects(rows: list) -> tuple[str, ...]:
-    """The keys whose values (where set) are all lists of objects: the columns that could hold messages."""
+    """The keys whose values (where set) are all lists of objects with a role-like key: the columns that
+    could hold messages (a tools list's objects have none: it stays JSON values, as the reader keeps it)."""
     keys = dict.fromkeys(k for row in rows if isinstance(row, dict) for k in row)
-    return tuple(k for k in keys if all(isinstance(row.get(k), list) and all(isinstance(m, dict) for m in row[k])
-                                        for row in rows if isinstance(row, dict) and row.get(k) is not None))
+    return tuple(k for k in keys if all(
+        isinstance(row.get(k), list) and all(isinstance(m, dict) and any(r in m for r in ROLE_FIELDS) for m in row[k])
+        for row in rows if isinstance(row, dict) and row.get(k) is not None))
 
 
 def _schema(path: Path, given: str) -> pa.Schema:
@@ -81,19 +99,20 @@ def _schema(path: Path, given: str) -> pa.Schema:
                     if not isinstance(value, Unparsed)]
         except (OSError, pa.ArrowException, BuildError) as exc:
             raise BuildError(f"--source {given}: {path.name}: not a readable JSON file ({exc})") from None
-        return rows_batch(rows, _lists_of_objects(rows), (), {}).schema
+        return rows_batch(rows, _lists_of_objects(rows), {}, {}).schema
     try:
         parquet = pq.ParquetFile(path)
-        if not any(has_json(field.type) for field in parquet.schema_arrow):
+        candidates = tuple(f.name for f in parquet.schema_arrow)  # any column could hold the messages
+        if not json_messages(parquet.schema_arrow, candidates):
             return parquet.schema_arrow
         batch = next(parquet.iter_batches(batch_size=SAMPLE_ROWS), None)
     except (OSError, pa.ArrowException) as exc:
         raise BuildError(f"--source {given}: {path.name}: not a readable parquet file ({exc})") from None
     if batch is None:
         return parquet.schema_arrow
-    columns = {name: decoded_values(batch.column(name), name, {}) for name in batch.schema.names}
-    rows = [dict(zip(columns, values)) for values in zip(*columns.values())]
-    return decode_json_columns(batch, _lists_of_objects(rows), (), {}).schema
+    names = json_messages(batch.schema, candidates)
+    rows = [dict(zip(names, values)) for values in zip(*(decoded_values(batch.column(n), n, {}) for n in names))]
+    return decode_json_columns(batch, _lists_of_objects(rows), {}, {}).schema
 
 
 def detect_format(path: Path, given: str) -> Detected:
@@ -106,6 +125,9 @@ def detect_format(path: Path, given: str) -> Detected:
                         _extras(schema, list(adapter.message_columns)), adapter.unread_columns(schema))
     if len(named) > 1:
         raise BuildError(f"--source {given}: the schema fits the formats {', '.join(named)}: pass --format NAME")
+    structs = _detect_structs(schema, given)
+    if structs is not None:
+        return structs
     mappings = _mappings(schema)
     if len(mappings) == 1:
         mapping = mappings[0]

@@ -70,6 +70,11 @@ def _source(located: Located, detected: Detected, split: str, config_dir: Path) 
     entry["format"] = detected.format if isinstance(detected.format, str) else CommentedMap(detected.format)
     extras = f"; tool/reasoning fields: {', '.join(detected.extras)}" if detected.extras else ""
     entry.yaml_add_eol_comment(f"{detected.why}{extras}", "format")
+    if detected.structs:
+        entry["struct_nulls"] = "drop"
+        entry.yaml_add_eol_comment(f"{detected.structs} is a parquet struct (every row's keys, null where a row had "
+                                   "none): the keys whose value is null there are dropped, and counted; write it as "
+                                   "datasets' Json or JSON text to keep it exactly", "struct_nulls")
     if detected.unread:
         entry["ignore_fields"] = CommentedSeq(detected.unread)
         entry.yaml_add_eol_comment("columns the format does not read, left out on purpose; remove one and the "

@@ -28,7 +28,8 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def _json(values: list) -> pa.Array:
+def json_array(values: list) -> pa.Array:
+    """Python values as a Json column (null where None)."""
     return pa.ExtensionArray.from_storage(pa.json_(), pa.array(
         [None if v is None else _dumps(v) for v in values], pa.string()))
 
@@ -43,12 +44,13 @@ def _scalars(values: list) -> pa.Array:
         return pa.array(values, pa.string())
     if _all(values, int) and all(v is None or INT64[0] <= v <= INT64[1] for v in values):
         return pa.array(values, pa.int64())
-    return _json(values)
+    return json_array(values)
 
 
-def _messages(lists: list, strings: tuple[str, ...], problems: dict[int, str]) -> pa.Array:
-    """A message column: list<struct<each key, in the order keys first appear>>, `strings` (the
-    format's role and content) always strings, refusing the row where one is not."""
+def _messages(lists: list, strings: dict[str, bool], problems: dict[int, str]) -> pa.Array:
+    """A message column: list<struct<the format's role and content (`strings`), then each key in the
+    order keys first appear>>; a field `strings` marks True always strings, refusing the row where
+    one is not."""
     if _all(lists, str):  # a string in place of messages (prompt_completion's one-turn form)
         return pa.array(lists, pa.string())
     lists = [_message_list(row, value, problems) for row, value in enumerate(lists)]
@@ -63,13 +65,13 @@ def _messages(lists: list, strings: tuple[str, ...], problems: dict[int, str]) -
     children = []
     for key in keys:
         values = [m.get(key) for m in flat]
-        if key in strings:
+        if strings.get(key):
             for item, value in enumerate(values):
                 if value is not None and not isinstance(value, str):
                     row = bisect.bisect_right(offsets, item) - 1
                     problems.setdefault(row, f"message {item - offsets[row]}: {key} is {_type(value)}, not a string")
                     values[item] = None
-        children.append(pa.array(values, pa.string()) if _all(values, str) else _json(values))
+        children.append(pa.array(values, pa.string()) if _all(values, str) else json_array(values))
     items = pa.StructArray.from_arrays(children, names=list(keys))
     return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), items, mask=pa.array([v is None for v in lists]))
 
@@ -93,7 +95,7 @@ def _message_list(row: int, value: Any, problems: dict[int, str]) -> list | None
 _TWICE = " (a Json value holding a message's JSON text as a string: encoded twice; write it again as an object)"
 
 
-def rows_batch(rows: list[Any], message_columns: tuple[str, ...], strings: tuple[str, ...],
+def rows_batch(rows: list[Any], message_columns: tuple[str, ...], strings: dict[str, bool],
                problems: dict[int, str]) -> pa.RecordBatch:
     """Rows (JSON values, each an object) as a batch: a column per key, in the order keys first
     appear; a row that is not an object is refused (into `problems`, by row) and has nulls."""
@@ -109,7 +111,7 @@ def rows_batch(rows: list[Any], message_columns: tuple[str, ...], strings: tuple
         pa.RecordBatch.from_pydict({"id": pa.nulls(len(rows), pa.string())})
 
 
-def _column(key: str, values: list, message_columns: tuple[str, ...], strings: tuple[str, ...],
+def _column(key: str, values: list, message_columns: tuple[str, ...], strings: dict[str, bool],
             problems: dict[int, str]) -> pa.Array:
     return _messages(values, strings, problems) if key in message_columns else _scalars(values)
 
@@ -123,34 +125,48 @@ def has_json(kind: pa.DataType) -> bool:
     return pa.types.is_struct(kind) and any(has_json(child.type) for child in kind)
 
 
-def _decoded(value: Any, kind: pa.DataType) -> Any:
-    """A Python value of an Arrow value of type `kind`, each Json text in it parsed."""
+def json_messages(schema: pa.Schema, message_columns: tuple[str, ...]) -> list[str]:
+    """The message columns that hold their messages as Json (the whole list, or each message): those
+    are rebuilt as JSON rows' are (decode_json_columns). Json deeper in a column (a struct's field) is
+    read where the adapter reads the field (python_values)."""
+    return [field.name for field in schema if field.name in message_columns and (
+        isinstance(field.type, pa.JsonType) or _is_list(field.type) and isinstance(field.type.value_type, pa.JsonType))]
+
+
+def _is_list(kind: pa.DataType) -> bool:
+    return pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind)
+
+
+def decoded(value: Any, kind: pa.DataType, strict: bool = True) -> Any:
+    """A Python value of an Arrow value of type `kind`, each Json text in it parsed (parse_json); not
+    `strict`, a text that does not parse is kept as that string (where the record wants JSON there,
+    it refuses it, named)."""
     if value is None:
         return None
     if isinstance(kind, pa.JsonType):
-        return parse_json(value)
-    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
-        return [_decoded(v, kind.value_type) for v in value]
+        if strict:
+            return parse_json(value)
+        try:
+            return parse_json(value)
+        except ValueError:
+            return value
+    if _is_list(kind):
+        return [decoded(v, kind.value_type, strict) for v in value]
     if pa.types.is_struct(kind):
-        return {child.name: _decoded(value[child.name], child.type) for child in kind}
+        return {child.name: decoded(value[child.name], child.type, strict) for child in kind}
     return value
 
 
-def decode_json_columns(batch: pa.RecordBatch, message_columns: tuple[str, ...], strings: tuple[str, ...],
+def decode_json_columns(batch: pa.RecordBatch, message_columns: tuple[str, ...], strings: dict[str, bool],
                         problems: dict[int, str]) -> pa.RecordBatch:
-    """The batch with every column that holds Json (`datasets`' type, anywhere in it) rebuilt as
-    JSON rows are (rows_batch): the values it holds, read exactly; a Json text that does not parse
-    refuses its row. Columns without Json are kept as they are."""
-    if not any(has_json(field.type) for field in batch.schema):
+    """The batch with every message column that holds Json (json_messages) rebuilt as JSON rows' are
+    (rows_batch): the values it holds, read exactly; a Json text that does not parse refuses its row."""
+    names = json_messages(batch.schema, message_columns)
+    if not names:
         return batch
-    columns = []
-    for field, column in zip(batch.schema, batch.columns):
-        if not has_json(field.type):
-            columns.append(column)
-            continue
-        values = decoded_values(column, field.name, problems)
-        columns.append(_column(field.name, values, message_columns, strings, problems))
-    return pa.RecordBatch.from_arrays(columns, names=batch.schema.names)
+    return pa.RecordBatch.from_arrays(
+        [_messages(decoded_values(column, name, problems), strings, problems) if name in names else column
+         for name, column in zip(batch.schema.names, batch.columns)], names=batch.schema.names)
 
 
 def decoded_values(column: pa.Array, name: str, problems: dict[int, str]) -> list:
@@ -158,7 +174,7 @@ def decoded_values(column: pa.Array, name: str, problems: dict[int, str]) -> lis
     values = []
     for row, value in enumerate(column.to_pylist()):  # Json as its text, at any depth
         try:
-            values.append(_decoded(value, column.type))
+            values.append(decoded(value, column.type))
         except (ValueError, UnicodeDecodeError) as exc:
             problems.setdefault(row, f"column '{name}' holds Json text that does not parse ({exc})")
             values.append(None)

@@ -22,7 +22,7 @@ from ..errors import BuildError
 from ..records.problems import MALFORMED, BadConversation, Problem, bad_conversation
 from .json_files import Unparsed, is_json, scan
 from .json_files import rows as json_rows
-from .json_rows import decode_json_columns, has_json, rows_batch
+from .json_rows import decode_json_columns, json_messages, rows_batch
 from .layout import split_files
 from .record import MESSAGE, ROLES, SOURCE_SCHEMA, unknown_role
 from ..records.conversation import REASONING_FIELDS
@@ -72,7 +72,7 @@ def source_files(root: Path, split: str, adapter: Adapter, source: str, first: i
             meta = pq.ParquetFile(path)
         except (OSError, pa.ArrowException) as exc:
             raise BuildError(f"{name}: not a readable parquet file ({exc})") from None
-        if not any(has_json(field.type) for field in meta.schema_arrow):  # Json columns: checked as decoded
+        if not json_messages(meta.schema_arrow, adapter.message_columns):  # messages in Json: checked as decoded
             problem = adapter.schema_problem(meta.schema_arrow)
             if problem is not None:
                 raise BuildError(f"{name}: schema: {problem}")
@@ -101,36 +101,40 @@ def iter_batches(file: SourceFile, groups: range | None = None) -> Iterator[tupl
     groups = range(len(file.groups)) if groups is None else groups
     offset = file.first_index + sum(file.groups[:groups.start])
     try:
-        for batch, problems in (_json_batches(file) if file.is_json else _parquet_batches(file, groups)):
-            if file.is_json or any(has_json(field.type) for field in batch.schema):
+        for batch, problems, rebuilt in (_json_batches(file) if file.is_json else _parquet_batches(file, groups)):
+            if rebuilt:  # built from JSON values: its schema is checked here, not from the file's
                 problem = file.adapter.schema_problem(batch.schema)
                 if problem is not None:
                     first = offset - file.first_index
                     raise BuildError(f"{file.source}: {file.name}: rows {first}-{first + batch.num_rows - 1}: "
                                      f"schema: {problem}")
-            normalised, refused = file.adapter.normalise(batch, file, offset)
-            yield offset, normalised, {**refused, **problems}
+            normalised, refused, dropped = file.adapter.normalise(batch, file, offset)
+            yield offset, normalised, {**refused, **problems}, dropped
             offset += batch.num_rows
     except (OSError, pa.ArrowException) as exc:
         raise BuildError(f"{file.source}: {file.name}: unreadable after row {offset - file.first_index}: "
                          f"{exc}") from None
 
 
-def _strings(adapter: Adapter) -> tuple[str, ...]:
-    """The message fields the format reads as strings (its role and content)."""
-    return (getattr(adapter, "role", "role"), getattr(adapter, "content", "content"))
+def _strings(adapter: Adapter) -> dict[str, bool]:
+    """The format's role and content fields, each with whether it must be a string (the content may be a
+    list of parts where the format takes them): sources/json_rows.py."""
+    return {getattr(adapter, "role", "role"): True, getattr(adapter, "content", "content"): not adapter.content_parts}
 
 
-def _parquet_batches(file: SourceFile, groups: range) -> Iterator[tuple[pa.RecordBatch, dict[int, str]]]:
+def _parquet_batches(file: SourceFile, groups: range) -> Iterator[tuple[pa.RecordBatch, dict[int, str], bool]]:
+    """(batch, rows refused, whether its messages were rebuilt from Json: sources/json_rows.py)."""
     parquet = pq.ParquetFile(file.path)
     columns = file.adapter.read_columns(parquet.schema_arrow)
+    rebuilt = bool(json_messages(parquet.schema_arrow, file.adapter.message_columns))
     for batch in parquet.iter_batches(batch_size=READ_BATCH_ROWS, row_groups=groups, columns=columns):
         problems: dict[int, str] = {}
-        batch = decode_json_columns(batch, file.adapter.message_columns, _strings(file.adapter), problems)
-        yield batch, problems
+        if rebuilt:
+            batch = decode_json_columns(batch, file.adapter.message_columns, _strings(file.adapter), problems)
+        yield batch, problems, rebuilt
 
 
-def _json_batches(file: SourceFile) -> Iterator[tuple[pa.RecordBatch, dict[int, str]]]:
+def _json_batches(file: SourceFile) -> Iterator[tuple[pa.RecordBatch, dict[int, str], bool]]:
     """The file's rows in batches (sources/json_rows.py), a row that is not one refused naming its line."""
     values, lines = [], []
     for line, value in json_rows(file.path, file.name):
@@ -143,13 +147,13 @@ def _json_batches(file: SourceFile) -> Iterator[tuple[pa.RecordBatch, dict[int, 
         yield _json_batch(file, values, lines)
 
 
-def _json_batch(file: SourceFile, values: list, lines: list[int]) -> tuple[pa.RecordBatch, dict[int, str]]:
+def _json_batch(file: SourceFile, values: list, lines: list[int]) -> tuple[pa.RecordBatch, dict[int, str], bool]:
     problems = {row: value.reason for row, value in enumerate(values) if isinstance(value, Unparsed)}
     batch = rows_batch([None if isinstance(v, Unparsed) else v for v in values], file.adapter.message_columns,
                        _strings(file.adapter), problems)
     batch = batch.select([name for name in batch.schema.names if name not in file.adapter.ignore])
     return batch, {row: reason if reason.startswith("line ") else f"line {lines[row]}: {reason}"
-                   for row, reason in problems.items()}
+                   for row, reason in problems.items()}, True
 
 
 def _invalid_utf8(strings: pa.Array) -> list[int]:

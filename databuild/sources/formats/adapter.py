@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ...records.problems import FileRows
+from ..json_rows import decoded, has_json, json_array
 from ..record import EXTRA_FIELDS, MESSAGE, SOURCE_SCHEMA, fields_text, json_type_problem, tools_text
 from ..tool_checks import DataRules
 from .structs import call_structs, json_struct, struct_refusal, without_nulls
@@ -31,10 +32,10 @@ def is_list(kind: pa.DataType) -> bool:
 
 
 def python_values(values: pa.Array) -> list:
-    """values.to_pylist(), a string that is not UTF-8 given as INVALID_UTF8 instead of raising; a
-    Json column (sources/json_rows.py writes the only ones an adapter sees) as the values it holds."""
-    if isinstance(values.type, pa.JsonType):
-        return [None if text is None else json.loads(text) for text in values.storage.to_pylist()]
+    """values.to_pylist(), a string that is not UTF-8 given as INVALID_UTF8 instead of raising; Json
+    (`datasets`' type, anywhere in the values) as the values it holds (sources/json_rows.decoded)."""
+    if has_json(values.type):
+        return [decoded(value, values.type, strict=False) for value in values.to_pylist()]
     try:
         return values.to_pylist()
     except (UnicodeDecodeError, pa.ArrowException):
@@ -140,7 +141,8 @@ class Adapter:
             if index < 0:
                 return f"{column} lack field '{key}'"
             value_type = kind.value_type.field(index).type
-            if not is_string(value_type) and not (key == content and self.content_parts and is_list(value_type)):
+            if not is_string(value_type) and not (key == content and self.content_parts and (
+                    is_list(value_type) or isinstance(value_type, pa.JsonType))):
                 return f"{column} field '{key}' is {value_type}, not string" + (
                     " or a list of parts" if key == content and self.content_parts else "")
         carried = {source for _, source in self.record_fields} | ({content} if self.content_parts else set())
@@ -175,7 +177,14 @@ class Adapter:
         record_of = {source: record for record, source in self.record_fields}
         carried = {name: record_of[name] for name in names if name in record_of and name not in self.ignore}
         contents = pc.struct_field(flat, content)
-        if is_list(contents.type):  # a list of parts: carried in `fields`, the content column null
+        if isinstance(contents.type, pa.JsonType):  # rows of JSON: each message's a string or a list of parts
+            values = python_values(contents)
+            parts = json_array([None if isinstance(v, str) else v for v in values])
+            flat = pa.StructArray.from_arrays([parts if name == content else flat.field(name) for name in names],
+                                              names=names, mask=flat.is_null())
+            carried = {content: "content", **carried}
+            contents = pa.array([v if isinstance(v, str) else None for v in values], pa.string())
+        elif is_list(contents.type):  # a list of parts: carried in `fields`, the content column null
             carried = {content: "content", **carried}
             contents = pa.nulls(len(flat), pa.string())
         for name in names:
