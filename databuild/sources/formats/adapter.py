@@ -4,7 +4,6 @@ Arrow building blocks of the normalised messages column (record.SOURCE_SCHEMA)."
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
