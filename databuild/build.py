@@ -27,7 +27,7 @@ from .config import BuildConfig
 from .encode.encoder import Encoder
 from .encode.ends import generation_stops, probe
 from .executors import Encoding, encoding_on
-from .executors.local import batches
+from .executors.stream import batches
 from .errors import BuildError
 from .rowfile.hashes import RowsHasher, SegmentsHasher
 from .inputs.pins import check_unchanged, hashing_in_background

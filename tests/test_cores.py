@@ -93,7 +93,7 @@ def test_results_cross_from_workers_whole(tiny_config):
     import numpy as np
 
     from databuild.build import prepare
-    from databuild.executors.local import from_columns, to_columns
+    from databuild.executors.workers import from_columns, to_columns
     from databuild.records.problems import Problem
 
     with prepare(tiny_config) as prepared:
@@ -160,15 +160,15 @@ def test_a_worker_stops_its_batch_between_parts_once_the_build_has_ended(tiny_co
                                                                           conversations):
     """A batch of 8 in 4 parts of 2, the build's end looked at once for the batch, then before each
     part: seen at the batch's start, nothing is encoded; seen after k parts, only those k parts; never,
-    all of it. What the build's end waits for is at most the part each worker is encoding (_end_pool)."""
+    all of it. What the build's end waits for is at most the part each worker is encoding (end_pool)."""
     from databuild.build import prepare
-    from databuild.executors import local
+    from databuild.executors import workers as local
 
     with prepare(tiny_config) as prepared:
         batch = list(islice(prepared.conversations(), 8))
         monkeypatch.setattr(local, "_worker_encoder", prepared.encoder)
         monkeypatch.setattr(local, "_worker_ended", SetAfter(checks))
-        lengths, ids, mask, scalars = local._encode_in_worker(batch)
+        lengths, ids, mask, scalars = local.encode_in_worker(batch)
     assert len(lengths) == len(scalars) == conversations
     expected = list(prepared.encoder.encode_batch(batch[:conversations])) if conversations else []
     assert ids.tolist() == [t for r in expected for t in r.input_ids.tolist()]

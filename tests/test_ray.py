@@ -12,7 +12,8 @@ ray = pytest.importorskip("ray")
 
 from databuild.build import make, prepare  # noqa: E402
 from databuild.config import resolve_config  # noqa: E402
-from databuild.executors.local import batches, encode_stream  # noqa: E402
+from databuild.executors.stream import batches
+from databuild.executors.local import encode_stream  # noqa: E402
 from databuild.errors import BuildError  # noqa: E402
 from databuild.executors.ray import _connect, ray_encode_batches  # noqa: E402
 from databuild.encode.render import Renderer  # noqa: E402

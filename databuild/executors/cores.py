@@ -10,7 +10,7 @@ from ..utils.machine import available_cores, count_in_environment
 # process, the tokenizer's threads on every core, its Python overlapped with them. Measured (bench/README.md,
 # "Cores"): on 2 and 4 cores a second process was slower than one (12% and 25%); on 8 and 16 cores one
 # process per core was the fastest, at the recipe's size and at 8 times it, once workers were forked from a
-# server that imports transformers once (local.worker_context) rather than spawned, each importing it.
+# server that imports transformers once (workers.worker_context) rather than spawned, each importing it.
 PROCESS_PER_CORE_FROM = 8
 # With 16 single-threaded processes the driver (pack, hash, write) is nearly the limit (it waited for its
 # writer 7 s of 54 in the 8x job): more would only add memory (~170 MB each, measured). Above 16 cores,

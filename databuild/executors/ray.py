@@ -28,7 +28,7 @@ from ..encode.encoder import Encoder
 from ..records.conversation import TokenizedConversation, Conversation
 from ..errors import BuildError, first_line
 from ..utils.versions import library_versions
-from .local import in_order
+from .stream import in_order
 
 # One core per worker: each actor reserves one CPU and its tokenizer uses one thread (no Rust pool
 # of its own: RAYON_NUM_THREADS=1); TOKENIZERS_PARALLELISM set explicitly never warns about forks.
