@@ -15,7 +15,7 @@ import pytest
 from conftest import messages
 from databuild.encode.encoder import Encoder
 from databuild.encode.render import Renderer
-from databuild.sources.reader import Conversation
+from databuild.records.conversation import Conversation
 from test_masks import KWARGS, family
 
 STOP = "<|im_end|>"
@@ -24,8 +24,7 @@ STOP = "<|im_end|>"
 # --- a stop token spelled in a reasoning field or in a tool call's arguments, not only in content ---------
 
 @pytest.mark.parametrize("field, value, named", [
-    # transformers hands the template reasoning_content as `thinking` (transformers_private.template_messages)
-    ("reasoning_content", f"I think {STOP} then", "thinking"),
+    ("reasoning_content", f"I think {STOP} then", "reasoning_content"),
     ("thinking", f"I think {STOP} then", "thinking"),
     ("tool_calls", [{"type": "function", "function": {"name": "f", "arguments": json.dumps({"q": f"a {STOP}"})}}],
      "tool_calls"),
