@@ -25,7 +25,7 @@ from tqdm import tqdm
 
 from .config import BuildConfig
 from .encode.encoder import Encoder
-from .encode.ends import generation_stops, probe
+from .encode.ends import generation_stops
 from .executors import Encoding, encoding_on
 from .executors.stream import batches
 from .errors import BuildError
@@ -94,7 +94,6 @@ def pin(config: BuildConfig, offline: bool = False) -> Pinned:
     encoder = Encoder(tokenizer, renderer, config.loss_mask, config.end_of_turn,
                       generation_stops(inputs.tokenizer_dir, tokenizer), config.history, config.train_turns,
                       config.stop_tokens_in_fields)
-    probe(encoder)
     return Pinned(config, inputs, packing_for(tokenizer, config), encoder)
 
 

@@ -66,14 +66,13 @@ def test_an_undeclared_end_of_turn_advises_end_of_turn_and_following_it_builds(t
 
 
 def test_skipping_does_not_hide_a_template_wide_refusal_and_the_fix_builds(tmp_path):
-    """The advice above not taken, on_bad_conversation: skip set instead: skipping would skip every
-    conversation, so the build stops before its first row (the one-exchange probe, encode/ends.py) with
-    the same fix, which then builds. (A refusal the probe lets through, every conversation skipped the
-    same way, is the ran-out line's: tests/test_ends_of_turn.py.)"""
+    """The advice above not taken, on_bad_conversation: skip set instead: every conversation is skipped,
+    so no row is kept and the build stops saying they were all refused the same way, with the same fix,
+    which then builds."""
     config = untagged_chatml(tmp_path)
     edit(config, on_bad_conversation="skip")
     code, output = cli("make", config, "--out", tmp_path / "out")
-    assert code == 1 and "so every conversation would be refused the same way" in output, output
+    assert code == 1 and "conversations refused were refused the same way (mask_error" in output, output
     assert not (tmp_path / "out" / f"{TINY}.parquet").exists()
     edit(config, end_of_turn=[re.search(r"end_of_turn: \['(.+?)'\]", output).group(1)])
     code, output = cli("make", config, "--out", tmp_path / "out")

@@ -70,16 +70,15 @@ def test_the_limit_is_the_configs(tmp_path):
         make(config, tmp_path / "out", progress=False)
 
 
-def test_the_pre_build_probe_is_limited_too(tmp_path):
-    # The `assistant` strategy renders two plain exchanges before the build (on a template without generation
-    # tags): a template that never ends hung there.
+def test_the_inference_renders_are_limited_too(tmp_path):
+    # The `assistant` strategy on a template without generation tags renders each turn's prompt too
+    # (encode/inference.py): a template that never ends is stopped there, naming the conversation.
     config = write_config(tmp_path / "c.yaml", tokenizer=endless_tokenizer(tmp_path, "true", tagged=False),
                           loss_mask="assistant",
                           render_timeout=1)
     result = run_cli("make", str(config), "--out", str(tmp_path / "out"))
     assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
-    assert result.stderr.startswith("error: the chat template's render of two plain user/assistant exchanges, made "
-                                    "before the build starts, took longer than 1 s (render_timeout)")
+    assert result.stderr.startswith("error: conversation ") and "took longer than 1 s (render_timeout)" in result.stderr
 
 
 @pytest.mark.parametrize("value", [0, -1, "1", True, float("nan")])

@@ -5,9 +5,12 @@ A template without `{% generation %}` tags closes an assistant turn with a token
 (Phi-3's `<|end|>`, Gemma's `<end_of_turn>`), which is rarely the tokenizer's EOS. The model repo
 says which: `generation_config.json`'s `eos_token_id` (one id or a list) is what `generate` stops
 on, so a turn the model ends is a turn closed by one of them. encoder.end_of_turn_tokens takes
-them as the ends of turn when the config declares none. `probe` renders two user/assistant exchanges
-and masks them as the build would: when even that is refused, every conversation would be, and the
-build stops before its first row, naming the token to declare.
+them as the ends of turn when the config declares none. `probe_problem` renders two user/assistant
+exchanges and masks them as the build would: `databuild init` asks for the token to declare when even
+that is refused. `make` does not refuse a template on it (a template may refuse plain exchanges and
+build others: Nemotron 3's writes an empty think block in a plain answer but not in the generation
+prompt); it refuses conversations one by one, and says a refusal common to all of them at the end
+(records/problems.py template_wide).
 """
 
 from __future__ import annotations
@@ -70,16 +73,3 @@ def probe_problem(encoder) -> tuple[str, str | None] | None:
     text = encoder.renderer.render(PROBE)
     closing = encoder.special_tokens.search(text, text.find(PROBE_ANSWER) + len(PROBE_ANSWER))
     return out.problem.reason, closing.group() if closing else None
-
-
-def probe(encoder) -> None:
-    """Refuse, in one line naming the fix, a template on which the `assistant` strategy cannot mask
-    even one plain exchange: every conversation would be refused the same way."""
-    found = probe_problem(encoder)
-    if found is None:
-        return
-    reason, closing = found
-    fix = (f"set end_of_turn: ['{closing}'] in the config (the token that closes its assistant turns)"
-           if closing else "use a template with {% generation %} tags, or loss_mask: muse_spark for harmony templates")
-    raise BuildError(f"the loss mask refuses the template's own render of two user/assistant exchanges, so every "
-                     f"conversation would be refused the same way ({reason}); {fix}")

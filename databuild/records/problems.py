@@ -149,11 +149,12 @@ TEMPLATE_WIDE_FIX = {
 
 def template_wide(skipped: list[BadConversation], rows_kept: int) -> str:
     """When no row was kept and every conversation refused was refused with one kind, that said with
-    the fix (for the line that stops the build); else ''."""
+    the fix (the first one's own, else the kind's; for the line that stops the build); else ''. The
+    only template-wide refusal: one that every conversation met, never one guessed before the first."""
     kinds = {bad.kind for bad in skipped}
     if rows_kept or len(kinds) != 1:
         return ""
     kind = kinds.pop()
-    fix = TEMPLATE_WIDE_FIX.get(kind, "see the first one")
+    fix = skipped[0].problem.fix or TEMPLATE_WIDE_FIX.get(kind, "see the first one")
     return (f"; no row kept, and all {len(skipped)} conversations refused were refused the same way ({kind}, e.g. "
             f"{skipped[0].message()}): {fix}")
