@@ -33,6 +33,18 @@ def _rows_option(value: str | None) -> int | str | None:
     return int(value)
 
 
+def _validation_option(value: str | None) -> int | float | None:
+    if value is None or value == "none":
+        return None
+    try:
+        number = float(value) if "." in value else int(value)
+    except ValueError:
+        number = None
+    if number is None or number <= 0 or isinstance(number, float) and number >= 1:
+        raise click.BadParameter(f"{value!r}: a share in (0, 1) like 0.05, a count of conversations like 500, or none")
+    return number
+
+
 @click.command()
 @click.argument("name")
 @click.option("--tokenizer", "tokenizer", required=True, metavar="DIR|ORG/NAME[@REV]",
@@ -46,6 +58,9 @@ def _rows_option(value: str | None) -> int | str | None:
 @click.option("--rows", callback=lambda context, parameter, value: _rows_option(value), metavar="N|all",
               help="Rows the build keeps; all: every row the sources give.")
 @click.option("--row-tokens", type=click.IntRange(min=1), help="Tokens per row.")
+@click.option("--validation", callback=lambda context, parameter, value: _validation_option(value),
+              metavar="SHARE|COUNT|none", help="Hold out a validation split of each source: a share (0.05) or a "
+                                                "count (500) of its conversations; none (the default): no split.")
 @click.option("--split", default="train", show_default=True, help="The split every source is read from.")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="The permutation's seed.")
 @click.option("--loss-mask", type=click.Choice(["assistant", "muse_spark"]), default="assistant", show_default=True,
@@ -64,7 +79,7 @@ def _rows_option(value: str | None) -> int | str | None:
 @click.option("--offline", is_flag=True, help="Use the hub cache only (as HF_HUB_OFFLINE=1).")
 @click.option("--force", is_flag=True, help="Replace the config if it exists.")
 @one_line_errors
-def init(name, tokenizer, sources, formats, rows, row_tokens, split, seed, loss_mask, packing, current_date,
+def init(name, tokenizer, sources, formats, rows, row_tokens, validation, split, seed, loss_mask, packing, current_date,
          end_of_turn, chat_template_name, on_bad_conversation, out, offline, force):
     """Write configs/NAME.yaml from a tokenizer and sources, every input pinned, ready for `make NAME`.
 
@@ -76,6 +91,7 @@ def init(name, tokenizer, sources, formats, rows, row_tokens, split, seed, loss_
     \b
     Examples:
       databuild init my-sft --tokenizer ./phi-3-mini --source ./tulu --source ./sharegpt --rows 1000 --row-tokens 4096
+      databuild init my-sft --tokenizer ./phi-3-mini --source ./tulu --rows all --row-tokens 4096 --validation 0.05
       databuild init mine --tokenizer ./tok --source ./my-data --rows all --row-tokens 4096
       databuild init my-sft --tokenizer Qwen/Qwen2.5-7B-Instruct --source allenai/tulu-3-sft-mixture \\
           --rows 6400 --row-tokens 8192 --offline
@@ -85,7 +101,7 @@ def init(name, tokenizer, sources, formats, rows, row_tokens, split, seed, loss_
 
     options = InitOptions(name, tokenizer, tuple(sources), row_tokens, rows, out, tuple(map(_format_option, formats)),
                           split, seed, loss_mask, packing, current_date, tuple(end_of_turn), chat_template_name,
-                          on_bad_conversation, offline, force)
+                          on_bad_conversation, offline, force, validation)
     path, config, decided = init_config(options)
     click.echo(f"{path}")
     def pinned(entry) -> str:

@@ -277,3 +277,25 @@ def test_init_names_only_real_template_variables(template, variables):
 
     text = (REPO / "tests" / "fixtures" / "templates" / "real" / f"{template}.jinja").read_text()
     assert _variables({"default": text}) == variables
+
+
+def test_init_asks_about_validation_and_writes_the_split(tmp_path):
+    """Without --validation init says no data is held out and how to hold some out; with it, the config
+    holds the split and make writes the validation file beside the training file."""
+    tok = chatml_tokenizer(tmp_path, eos_token_id=[5, 7])
+    made = databuild("init", "plain", "--tokenizer", tok, "--source", SOURCE_DIR, "--rows", "all", "--row-tokens", 256,
+                     cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    assert "  validation: none (nothing held out; --validation 0.05 or --validation 500 holds out" in made.stdout
+    made = databuild("init", "held", "--tokenizer", tok, "--source", SOURCE_DIR, "--rows", "all", "--row-tokens", 256,
+                     "--validation", "0.1", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    assert "  validation: share 0.1 of each source" in made.stdout
+    text = (tmp_path / "configs" / "held.yaml").read_text()
+    assert "validation: # held out of each source by sha256(seed:id)" in text and "share: 0.1" in text
+    built = databuild("make", "held", cwd=tmp_path)
+    assert built.returncode == 0, built.stderr
+    assert (tmp_path / "build" / "held.validation.parquet").is_file() and "validation " in built.stdout
+    refused = databuild("init", "bad", "--tokenizer", tok, "--source", SOURCE_DIR, "--rows", "all", "--row-tokens",
+                        256, "--validation", "1.5", cwd=tmp_path)
+    assert refused.returncode == 2 and "a share in (0, 1)" in refused.stderr

@@ -151,3 +151,16 @@ def test_verify_of_the_training_file_fails_when_its_validation_file_differs(spli
     (tmp_path / validation.name).unlink()
     done = run_cli("verify", str(tmp_path / result.parquet.name))
     assert done.returncode == 1 and "the validation file" in done.stdout + done.stderr
+
+
+def test_the_report_shows_both_splits_funnels_and_diff_names_the_split(split, tmp_path):
+    from databuild.views.report import render_report
+
+    tmp, _, first, second, result = split
+    page = render_report(result.parquet)
+    assert "Where the source rows went" in page
+    assert f"Validation split ({result.data['validation']['file']}): where the source rows went" in page
+    other = build(mixture(tmp_path, entry(first, repo="org/first"), entry(second, repo="org/second"), rows="all",
+                          validation={"share": 0.3, "seed": 7}), tmp_path / "out")
+    done = run_cli("diff", str(result.manifest), str(other.manifest))
+    assert done.returncode == 1 and "validation" in done.stdout, done.stdout + done.stderr

@@ -39,6 +39,7 @@ class InitOptions:
     on_bad_conversation: str = "skip"  # one's own data builds as it stands; the recipe configs keep error
     offline: bool = False
     force: bool = False
+    validation: int | float | None = None  # held out of each source: a share (float) or a count (int); None: none
 
 
 def _relative(path: Path, config_dir: Path) -> str:
@@ -130,6 +131,11 @@ def compose(options: InitOptions, tokenizer: Located, inspected: Inspected,
                                 "(all: every row they give)", "rows")
     config["packing"] = options.packing
     config.yaml_add_eol_comment("concat: one stream cut into rows; bfd: whole conversations, rows padded", "packing")
+    if options.validation is not None:
+        key = "share" if isinstance(options.validation, float) else "count"
+        config["validation"] = CommentedMap([(key, options.validation), ("seed", 0)])
+        config.yaml_add_eol_comment(f"held out of each source by sha256(seed:id) into NAME.validation.parquet; "
+                                    "none of it trains", "validation")
     config["on_bad_conversation"] = options.on_bad_conversation
     config.yaml_add_eol_comment(
         "skip: a conversation that cannot be built is left out and counted by kind (make's summary lists them, the "
@@ -176,6 +182,10 @@ def decisions(options: InitOptions, inspected: Inspected, sources: list[tuple[Lo
     lines.append(f"on_bad_conversation: {options.on_bad_conversation}" + (
         " (a conversation that cannot be built is left out and counted by kind in make's summary and the manifest)"
         if options.on_bad_conversation == "skip" else " (the build stops at the first conversation it cannot build)"))
+    lines.append("validation: none (nothing held out; --validation 0.05 or --validation 500 holds out a share or a "
+                 "count of each source, built beside the training file)" if options.validation is None else
+                 f"validation: {'share' if isinstance(options.validation, float) else 'count'} {options.validation} of "
+                 "each source, held out by its id into NAME.validation.parquet (seed 0)")
     if inspected.variables:
         lines.append(f"template variables left to the template's defaults: {', '.join(inspected.variables)} (set them "
                      "under template_kwargs to pin them)")

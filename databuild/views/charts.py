@@ -131,7 +131,7 @@ def chart_grid(stats, manifest: dict | None, row_tokens: int) -> str:
                 if by_source else "no manifest: source mix unknown", wide=True)]) + "</div>"
 
 
-def funnel_chart(found: dict) -> str:
+def funnel_chart(found: dict, title: str = "Where the source rows went") -> str:
     """counts.funnel as one figure: a bar per box, the total, each source's share in its label."""
     total, sources = found["total"], found["sources"]
 
@@ -152,4 +152,4 @@ def funnel_chart(found: dict) -> str:
     names = f" ({' + '.join(s['source'] for s in sources)})" if len(sources) > 1 else ""
     caption = (f"every source row in exactly one box: not taken, not reached, dropped by kind, or packed (in kept "
                f"rows, only in rows without a target, or not written); conversations{names}")
-    return _figure("Where the source rows went", svg_hbars(items, WIDE), caption, wide=True)
+    return _figure(title, svg_hbars(items, WIDE), caption, wide=True)

@@ -207,9 +207,18 @@ def difference(path: Path, against: str, name_or_dir: str | None, loaded: dict |
     return f"<h2>Difference from {html.escape(str(against))}</h2><pre>{html.escape(text)}</pre>"
 
 
-def funnel(manifest: dict | None) -> str:
+def funnel(manifest: dict | None, path: Path | None = None) -> str:
+    """The funnel of the file; of a training file with a validation split, the validation file's too
+    (from its manifest beside it), so that both splits' funnels are on the page."""
     found = ((manifest or {}).get("counts") or {}).get("funnel")
-    return f'<div class="grid">{funnel_chart(found)}</div>' if found else ""
+    charts = funnel_chart(found) if found else ""
+    split = (manifest or {}).get("validation")
+    if split and path is not None:
+        held = manifest_beside(path.with_name(split["file"]))
+        held_funnel = ((held or {}).get("counts") or {}).get("funnel")
+        charts += funnel_chart(held_funnel, f"Validation split ({split['file']}): where the source rows went") if \
+            held_funnel else f'<div class="warn">{html.escape(split["file"])}: no manifest beside it</div>'
+    return f'<div class="grid">{charts}</div>' if charts else ""
 
 
 def render_report(path: Path, rows: int = 8, name_or_dir: str | None = None, against: str | None = None) -> str:
@@ -232,6 +241,6 @@ def render_report(path: Path, rows: int = 8, name_or_dir: str | None = None, aga
     return (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" '
             f'content="width=device-width,initial-scale=1"><title>{html.escape(name)}: databuild report</title>'
             f'<style>{CSS}</style></head><body><main><h1>{html.escape(name)}</h1><p class="sub">'
-            f'{html.escape(str(path))}</p>{warnings}{funnel(manifest)}{summary(path, stats, manifest)}{compared}<h2>Charts</h2>'
+            f'{html.escape(str(path))}</p>{warnings}{funnel(manifest, path)}{summary(path, stats, manifest)}{compared}<h2>Charts</h2>'
             f"{chart_grid(stats, manifest, row_tokens)}<h2>First {shown} rows</h2>{rows_html}<h2>Pins</h2>"
             f'{pins(manifest)}<script type="application/json" id="row-stats">{data}</script></main></body></html>\n')
