@@ -146,7 +146,7 @@ def packing_keys(raw: dict, where: str) -> dict[str, Any]:
 def load_config(path: str | os.PathLike) -> BuildConfig:
     """Read and validate one config YAML."""
     from ..encode.inference import DEFAULT_HISTORY, HISTORY_POLICIES
-    from ..encode.masks import STRATEGIES
+    from ..encode.strategies import STRATEGIES
 
     path = Path(path)
     where = str(path)

@@ -10,17 +10,17 @@ never the output.
 from __future__ import annotations
 
 from dataclasses import replace
-from functools import partial
 from typing import Iterable
 
 import numpy as np
 
 from ..errors import BuildError
 from ..encode.inference import (DEFAULT_HISTORY, HistoryRewritten, Sample, StopTokenInField, check_no_stop_in_fields,
-                                infer_samples, stop_pattern)
-from ..encode.masks import MUSE_CLOSINGS, check_final_answers_only, muse_spark_spans, spans_to_mask
-from ..encode.placement import MaskError, place_fields
+                                stop_pattern)
+from ..encode.masks import spans_to_mask
+from ..encode.placement import MaskError
 from ..encode.render import Renderer, RenderTimedOut
+from ..encode.strategies import strategy_for
 from ..encode.turns import DEFAULT_TRAIN_TURNS, NoTrainedTurn, selected, tagged_turns, without_flags
 from ..records.problems import (HISTORY_REWRITTEN, MASK_ERROR, NO_TRAINED_TURN, STOP_TOKEN_IN_FIELD, TEMPLATE_ERROR,
                                 Problem, shown_id)
@@ -68,6 +68,7 @@ class Encoder:
                  stop_tokens_in_fields: str = "refuse"):
         self.renderer = renderer
         self.loss_mask = loss_mask
+        self.strategy = strategy_for(loss_mask)
         self.history = history
         self.train_turns = train_turns
         self.stop_tokens_in_fields = stop_tokens_in_fields
@@ -80,7 +81,7 @@ class Encoder:
         # turn, EOS, what `generate` stops on; under muse_spark, the closings it supervises). The config's
         # stop_tokens_in_fields: train leaves declared spans (tags, muse_spark) as they were before the check.
         self.field_stops = stop_pattern(self.end_of_turn | frozenset(stops) | (
-            frozenset(MUSE_CLOSINGS) if loss_mask == "muse_spark" else frozenset())
+            self.strategy.closings)
             if stop_tokens_in_fields == "refuse" else frozenset())
         self.special_tokens = stop_pattern(frozenset(special))  # the token after a turn, to name an undeclared end
         self._backend = tokenizer.backend_tokenizer
@@ -104,7 +105,7 @@ class Encoder:
         if conversation.problem is not None:
             return conversation.problem
         try:
-            if self.loss_mask == "assistant" and self.renderer.has_generation_tags(conversation.tools):
+            if self.strategy.tracked(self.renderer, conversation.tools):
                 return self.renderer.render_tracked(conversation.messages, conversation.tools)
             return self.renderer.render(conversation.messages, conversation.tools), None
         except BuildError:  # the config's fault (e.g. no pinned date), not this conversation's
@@ -122,21 +123,10 @@ class Encoder:
                                           add_special_tokens=False)
 
     def samples(self, conversation: Conversation, text: str, generation: list | None) -> list[Sample]:
-        """The strategy's samples: a tagged template's own spans; else, under `assistant`, the turns as
-        inference writes them (encode/inference.py); under `muse_spark`, the proven contents. Under
-        every strategy, a conversation an assistant field of which spells a stop token is refused."""
+        """The samples of the strategy the config names (encode/strategies/). Under every strategy, a
+        conversation an assistant field of which spells a stop token is refused."""
         check_no_stop_in_fields(conversation.messages, self.field_stops)
-        if generation is not None:
-            return [Sample(text, tuple(generation), declared=True)]
-        messages, render = conversation.messages, self.renderer.render
-        if self.loss_mask == "assistant":  # prefixes rendered from the messages prepared once
-            prepared, tools = self.renderer.prepare(messages, conversation.tools)
-            return infer_samples(prepared, tools, text, partial(render, prepared=True), self.stops, self.history,
-                                 self.special_tokens)
-        check_final_answers_only(messages)
-        placed = place_fields(messages, conversation.tools, text, render)
-        answers = tuple((k, k) for k, m in enumerate(messages) if m.get("role") == "assistant" and m.get("content"))
-        return [Sample(text, tuple(muse_spark_spans(messages, text, placed)), declared=True, turns=answers)]
+        return self.strategy.samples(self, conversation, text, generation)
 
     def finish(self, batch: list[Conversation], rendered: list[Rendered | Problem],
                encodings: list) -> list[TokenizedConversation]:

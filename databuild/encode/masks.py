@@ -1,65 +1,14 @@
-"""Loss-mask strategies: which tokens of a rendered conversation are training targets.
-
-A strategy turns the render into character spans, and every token whose character range overlaps a
-span is marked: transformers' rule for `return_assistant_tokens_mask`. A strategy that cannot place or
-close a span raises MaskError, naming the message: no build trains on a mask it could not justify.
-
-- `assistant`: on a template with `{% generation %}` tags, exactly the tagged spans (the encoder
-  records them as transformers does: the template author's declaration, empty answers included).
-  Without tags, what the model writes at inference after the generation prompt, through its stop
-  token (inference.py).
-- `muse_spark`: the recipe's harmony-style template, whose trainer supervises final-channel answers.
-  Each non-empty assistant content written as `<|start|>assistant<|channel|>final<|message|>CONTENT`
-  and closed by `<|end|>`, or by `<|return|>` when it is the conversation's last message; the
-  content and that closing token. Empty content supervises nothing. A conversation with a tool call,
-  a tool result or an assistant reasoning field is refused (mask_error, naming the message): the
-  recipe's template writes none of them, so nothing the model would generate for them can be
-  proven; `loss_mask: assistant` supervises them.
-"""
+"""Loss masks from character spans: every token whose character range overlaps a span a strategy
+(encode/strategies/) gives is a target, transformers' rule for `return_assistant_tokens_mask`."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from .placement import Placed, fail
-from ..records.conversation import REASONING_FIELDS
 
 Spans = list[tuple[int, int]]
-MUSE_ASSISTANT_HEADER = "<|start|>assistant<|channel|>final<|message|>"
-MUSE_REFUSED = ("tool_calls", *REASONING_FIELDS)
-MUSE_CLOSINGS = ("<|end|>", "<|return|>")  # the tokens that close a supervised answer
 
 
-def check_final_answers_only(messages) -> None:
-    """muse_spark's refusal of what its trainer does not supervise, before anything is placed."""
-    for index, message in enumerate(messages):
-        role = message.get("role")
-        found = "a tool result" if role == "tool" else next(
-            (key for key in MUSE_REFUSED if message.get(key) is not None), None) if role == "assistant" else None
-        if found:
-            raise fail(index, f"muse_spark supervises final-channel answers only, and this message has {found} "
-                              "(tool calls, tool results and reasoning are refused: use loss_mask: assistant)")
-
-
-def muse_spark_spans(messages, text: str, placed: list[Placed]) -> Spans:
-    spans: Spans = []
-    last = len(messages) - 1
-    contents = {p.message: p for p in placed if p.kind == "content"}
-    for index, message in enumerate(messages):
-        if message.get("role") != "assistant" or not message.get("content"):
-            continue
-        closing = MUSE_CLOSINGS[1] if index == last else MUSE_CLOSINGS[0]
-        if index not in contents:
-            raise fail(index, "the template does not write its content exactly once, verbatim")
-        start, end = contents[index].start, contents[index].end
-        if not text.startswith(closing, end) or text[max(0, start - len(MUSE_ASSISTANT_HEADER)):start] != \
-                MUSE_ASSISTANT_HEADER:
-            raise fail(index, f"not written as '{MUSE_ASSISTANT_HEADER}CONTENT{closing}' (not a harmony template?)")
-        spans.append((start, end + len(closing)))
-    return spans
-
-
-STRATEGIES = ("assistant", "muse_spark")
 
 
 def spans_to_mask(spans: Spans, encoding, n_tokens: int) -> np.ndarray:
