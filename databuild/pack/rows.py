@@ -52,6 +52,8 @@ class PackStats:
     samples_not_written: int = 0  # expanded samples left out, their turn not trained (train_turns)
     tokens_by_source: Counter = field(default_factory=Counter)  # tokens in kept rows, padding excluded
     continued_rows: list[int] = field(default_factory=list)  # kept rows whose Row.continues
+    repeated_ids: int = 0  # conversations in kept rows whose id one before them there has (data/README)
+    ids_kept: set[str] = field(default_factory=set)  # the ids in kept rows, for repeated_ids
     # For the funnel (publish/funnel.py), by stream position (one per conversation of the stream, each
     # repeat of an upsampled row its own): the conversations left out as empty renders or dropped as
     # overlong, and those with a token in a kept row, or in a row skipped without a target.
@@ -88,3 +90,5 @@ class PackStats:
             if position not in self.in_kept_positions:
                 self.in_kept_positions.add(position)
                 self.conversations_by_source[source] += 1
+                self.repeated_ids += conversation in self.ids_kept
+                self.ids_kept.add(conversation)

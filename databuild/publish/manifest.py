@@ -93,6 +93,7 @@ def build_manifest(record: BuildRecord) -> dict[str, Any]:
             "conversations_read": stats.conversations_read,
             "conversations_skipped": {kind: sum(1 for b in skipped if b.kind == kind) for kind in SKIPPED_KINDS},
             "separators_inserted": stats.separators_inserted,
+            "repeated_ids": stats.repeated_ids,
             "empty_renders": stats.empty_renders,
             "empty_assistant_turns": stats.empty_assistant_turns,
             "unclosed_turns": stats.unclosed_turns,

@@ -46,12 +46,34 @@ class RowDigests:
     segments_sha256: str | None = None  # as the manifest's output.segments_sha256
 
 
+class Occurrences:
+    """The key of each segment's conversation, for comparing conversations by id: its id, unless an earlier
+    conversation of the file had that id (a source holding one id twice, an upsampling take's repeats); then
+    the id and which conversation under it this is, `ID (#2)`. A segment continues the conversation before it
+    when it is a row's first and the row before ended with that id: a conversation cut across rows."""
+
+    def __init__(self):
+        self.seen: dict[str, int] = {}
+        self.last: str | None = None  # the id of the previous row's last segment
+
+    def keys(self, conversation_ids: list[str]) -> list[str]:
+        out = []
+        for k, conversation in enumerate(conversation_ids):
+            if conversation and not (k == 0 and conversation == self.last):
+                self.seen[conversation] = self.seen.get(conversation, 0) + 1
+            n = self.seen.get(conversation, 0)
+            out.append(conversation if n <= 1 else f"{conversation} (#{n})")
+        self.last = conversation_ids[-1] if conversation_ids else None
+        return out
+
+
 def digest_rows(path: Path) -> RowDigests:
     parquet = open_row_file(path)
     rows, ids, masks, segments, first, boundaries = [], [], [], [], 0, hashlib.sha256()
     tokens: dict[str, hashlib._Hash] = {}
     lengths: dict[str, int] = {}
     targets: dict[str, hashlib._Hash] = {}
+    occurrences = Occurrences()
     for _, table in row_groups(parquet, path):
         count, first = table.num_rows, first + table.num_rows
         if not count:
@@ -71,7 +93,7 @@ def digest_rows(path: Path) -> RowDigests:
             row_segments = segment_bytes(starts, conversation_ids)
             boundaries.update(row_segments)
             segments.append(hashlib.sha256(row_segments).digest())
-            for start, end, conversation in zip(starts, starts[1:] + [len(row_mask)], conversation_ids):
+            for start, end, conversation in zip(starts, starts[1:] + [len(row_mask)], occurrences.keys(conversation_ids)):
                 if conversation:  # "" is padding
                     tokens.setdefault(conversation, hashlib.sha256()).update(row_ids[4 * start:4 * end])
                     targets.setdefault(conversation, hashlib.sha256()).update(row_mask[start:end])
@@ -82,12 +104,14 @@ def digest_rows(path: Path) -> RowDigests:
 
 
 def conversation_tokens(path: Path, wanted: set[str]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """(tokens, targets) of each conversation in `wanted`, over all its segments in file order; only
-    the row groups that hold one of them are read past their conversation ids."""
+    """(tokens, targets) of each conversation in `wanted` (keyed as Occurrences keys them), over all its
+    segments in file order; only the row groups that hold one of them are read past their conversation ids."""
     parquet = open_row_file(path)
     pieces: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {c: [] for c in wanted}
+    occurrences = Occurrences()
     for group in range(parquet.num_row_groups):
-        held = read_row_group(parquet, group, path, ["conversation_ids"]).column(0).to_pylist()
+        held = [occurrences.keys(row) for row in
+                read_row_group(parquet, group, path, ["conversation_ids"]).column(0).to_pylist()]
         if not any(wanted.intersection(row) for row in held):
             continue
         table = read_row_group(parquet, group, path, ["input_ids", "loss_mask", "seq_start_id"])
