@@ -436,7 +436,9 @@ TRL_FIELDS = {"dataset_text_field": "text", "dataset_kwargs": None, "dataset_num
               "truncation_mode": "keep_start", "shuffle_dataset": False, "packing": False, "packing_strategy": "bfd",
               "padding_free": False, "pad_to_multiple_of": None, "completion_only_loss": None,
               "assistant_only_loss": False, "loss_type": None,
-              "output_dir": None, "per_device_train_batch_size": 8, "remove_unused_columns": True}
+              "output_dir": None, "per_device_train_batch_size": 8, "remove_unused_columns": True,
+              # transformers' TrainingArguments, which SFTConfig extends: evaluation of an eval_dataset
+              "eval_strategy": "no", "per_device_eval_batch_size": 8}
 
 
 def trl_config(arguments: dict) -> dict:

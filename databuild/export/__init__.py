@@ -12,7 +12,8 @@ from ..errors import BuildError
 from .bridge import BridgeFormat
 from .hf import HfFormat
 from .miles import MilesFormat
-from .stream import ExportResult, Format, verified_source, write_export
+from ..publish.manifest_read import manifest_beside
+from .stream import ExportResult, Format, export_stem, verified_source, write_export
 
 FORMATS: dict[str, type[Format]] = {f.name: f for f in (BridgeFormat, MilesFormat, HfFormat)}
 
@@ -26,5 +27,12 @@ def make_format(name: str) -> Format:
 def export(source: Path, to: str, out: Path) -> ExportResult:
     """Verify `source` against its manifest, then write it to `out` in format `to`, with
     `out`'s manifest beside it. Nothing is written when `source` does not verify."""
-    fmt = make_format(to)
-    return write_export(Path(source), fmt, Path(out), verified_source(Path(source)))
+    fmt, source, out = make_format(to), Path(source), Path(out)
+    summary = verified_source(source)  # the validation file beside it included (verify.validation_failures)
+    validation = None
+    split = (manifest_beside(source) or {}).get("validation")
+    if split:  # first, so that the training export's configuration can name it
+        validation = out.with_name(f"{export_stem(out)}.validation.parquet")
+        held = source.with_name(split["file"])
+        write_export(held, make_format(to), validation, verified_source(held))
+    return write_export(source, fmt, out, summary, validation)

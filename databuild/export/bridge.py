@@ -104,10 +104,11 @@ class BridgeFormat(Format):
         }
         return {metadata_name(out): (json.dumps([entry]) + "\n").encode()}
 
-    def trainer_config(self, out: Path, row_tokens: int, rows: int) -> dict[str, str]:
+    def trainer_config(self, out: Path, row_tokens: int, rows: int, validation: Path | None = None) -> dict[str, str]:
         specs = {
             "packed_sequence_size": row_tokens,
             "packed_train_data_path": absolute(out),
+            **({"packed_val_data_path": absolute(validation)} if validation is not None else {}),
             "packed_metadata_path": absolute(Path(out).with_name(metadata_name(out))),
             "pad_seq_to_mult": 1,
             "pad_cu_seqlens": False,
@@ -118,7 +119,7 @@ class BridgeFormat(Format):
             "enable_offline_packing": True,
             "offline_packing_specs": specs,
             "dataset_kwargs": {"pad_to_max_length": True},
-            "do_validation": False,
+            "do_validation": validation is not None,
             "do_test": False,
         }
         model = {"seq_length": row_tokens, "context_parallel_size": 1, "sequence_parallel": False}

@@ -102,7 +102,8 @@ def verify_export(out: Path, manifest: dict[str, Any], source: Path | None = Non
 def _check_trainer_config(out: Path, manifest: dict[str, Any], fmt: Any, report: Report) -> None:
     """The configuration files name OUT's absolute path: each must be what the export writes for OUT
     where it lies now (a moved export, or an edited file, is named)."""
-    expected = fmt.trainer_config(out, manifest["source"]["row_tokens"], manifest["output"]["rows"])
+    validation = out.with_name(manifest["validation"]) if manifest.get("validation") else None
+    expected = fmt.trainer_config(out, manifest["source"]["row_tokens"], manifest["output"]["rows"], validation)
     if sorted(expected) != sorted(manifest["trainer_config"]):
         report.failures.append(f"trainer_config: expected {sorted(expected)}, the manifest lists "
                                f"{sorted(map(str, manifest['trainer_config']))}")
@@ -152,7 +153,9 @@ def _check_against_source(out: Path, manifest: dict[str, Any], source: Path, rep
             report.failures.append(f"source.{field}: the export says it comes from {manifest['source'][field]}, "
                                    f"{source} has {getattr(summary, field)}")
     with tempfile.TemporaryDirectory(prefix="databuild-export-") as scratch:
-        fresh = write_export(source, make_format(manifest["export"]), Path(scratch) / out.name, summary).data
+        validation = Path(scratch) / manifest["validation"] if manifest.get("validation") else None
+        fresh = write_export(source, make_format(manifest["export"]), Path(scratch) / out.name, summary,
+                             validation).data
     if fresh["output"]["sha256"] != sha256_of(out):
         report.failures.append(f"{out.name}: differs from a fresh export of {source} "
                                f"(content_sha256 {fresh['output']['content_sha256']} there)")

@@ -57,8 +57,12 @@ class HfFormat(Format):
             pa.array([block.segment_lengths(r) for r in range(block.rows)], type=pa.list_(pa.int32())),
         ], schema=SCHEMA)
 
-    def trainer_config(self, out: Path, row_tokens: int, rows: int) -> dict[str, str]:
-        stem, arguments = export_stem(out), sft_arguments()
+    def trainer_config(self, out: Path, row_tokens: int, rows: int, validation: Path | None = None) -> dict[str, str]:
+        stem, arguments = export_stem(out), sft_arguments(validation is not None)
+        evaluation = "" if validation is None else (
+            f"\nEVAL_ROWS = {absolute(validation)!r}  # the build's validation split, exported beside it")
+        eval_dataset = "" if validation is None else (
+            '\n                     eval_dataset=load_dataset("parquet", data_files=EVAL_ROWS, split="train"),')
         header = [f"TRL ({TRL}) SFTConfig arguments that read {absolute(out)} ({rows} rows of at most",
                   f"{row_tokens} tokens), written by `databuild export --to hf`: SFTConfig(**these, output_dir=...)."]
         script = (f'''"""Train a causal LM on {absolute(out)} with TRL's SFTTrainer ({TRL}).
@@ -75,7 +79,7 @@ from transformers.utils import is_flash_attn_2_available, is_torch_bf16_gpu_avai
 from trl import SFTConfig, SFTTrainer
 
 ROWS = {absolute(out)!r}
-ARGUMENTS = {arguments!r}
+ARGUMENTS = {arguments!r}{evaluation}
 
 model_name, output_dir = sys.argv[1], sys.argv[2]
 # Padding-free batches are one flattened sequence with position_ids restarting at every conversation and
@@ -91,13 +95,16 @@ parser.set_defaults(**ARGUMENTS, bf16=bf16)
 (config,) = parser.parse_args_into_dataclasses(["--output_dir", output_dir, *sys.argv[3:]])
 model = AutoModelForCausalLM.from_pretrained(model_name, attn_implementation=attention)
 trainer = SFTTrainer(model=model, args=config,
-                     train_dataset=load_dataset("parquet", data_files=ROWS, split="train"),
+                     train_dataset=load_dataset("parquet", data_files=ROWS, split="train"),{eval_dataset}
                      processing_class=AutoTokenizer.from_pretrained(model_name))
 trainer.train()
 ''')
         return {f"{stem}.trl.yaml": yaml_text(header, arguments), f"{stem}.trl.py": script}
 
 
-def sft_arguments() -> dict:
+def sft_arguments(evaluate: bool = False) -> dict:
+    """SFTConfig's arguments for the export; with a validation split, its eval_dataset evaluated once an
+    epoch, a row at a time (padding-free, as training)."""
     return {"padding_free": True, "packing": False, "max_length": None,
-            "dataset_kwargs": {"skip_prepare_dataset": True}, "per_device_train_batch_size": 1}
+            "dataset_kwargs": {"skip_prepare_dataset": True}, "per_device_train_batch_size": 1,
+            **({"eval_strategy": "epoch", "per_device_eval_batch_size": 1} if evaluate else {})}

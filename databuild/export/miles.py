@@ -63,7 +63,7 @@ class MilesFormat(Format):
         return pa.Table.from_arrays([pa.array(messages, type=pa.string()),
                                      pa.StructArray.from_arrays(columns, fields=list(METADATA))], schema=SCHEMA)
 
-    def trainer_config(self, out: Path, row_tokens: int, rows: int) -> dict[str, str]:
+    def trainer_config(self, out: Path, row_tokens: int, rows: int, validation: Path | None = None) -> dict[str, str]:
         batch = f'"${{DATABUILD_ROWS_PER_STEP:-{max(1, min(ROWS_PER_STEP, rows))}}}"'
         flags = [("--prompt-data", absolute(out)), ("--input-key", "messages"), ("--metadata-key", "metadata"),
                  ("--rollout-function-path", ROLLOUT), ("--n-samples-per-prompt", "1"),

@@ -58,8 +58,9 @@ class Format:
         Each is named after OUT, so that two exports into one directory never share one."""
         return {}
 
-    def trainer_config(self, out: Path, row_tokens: int, rows: int) -> dict[str, str]:
-        """The trainer's configuration that reads OUT (at its absolute path) correctly: name -> text."""
+    def trainer_config(self, out: Path, row_tokens: int, rows: int, validation: Path | None = None) -> dict[str, str]:
+        """The trainer's configuration that reads OUT (at its absolute path) correctly: name -> text;
+        with `validation`, the export of the build's validation file, as the trainer's validation input."""
         raise NotImplementedError
 
 
@@ -90,8 +91,10 @@ def verified_source(source: Path) -> ParquetSummary:
     return report.summary
 
 
-def write_export(source: Path, fmt: Format, out: Path, summary: ParquetSummary) -> ExportResult:
-    """Stream `source` (already verified, `summary` its figures) into `out` through `fmt`."""
+def write_export(source: Path, fmt: Format, out: Path, summary: ParquetSummary,
+                 validation: Path | None = None) -> ExportResult:
+    """Stream `source` (already verified, `summary` its figures) into `out` through `fmt`; `validation`:
+    the export of its validation file, which the trainer configuration reads as the validation input."""
     out = Path(out)
     if not out.name.endswith(".parquet"):  # miles and slime take prompt data by that name, Bridge .parquet or .pq
         raise BuildError(f"{out}: an export's file name ends in .parquet (the trainers read it by that name)")
@@ -109,7 +112,8 @@ def write_export(source: Path, fmt: Format, out: Path, summary: ParquetSummary) 
                 rows += table.num_rows
         _fsync(partial)
         sidecars = {}  # final path -> (its partial path, its bytes)
-        configs = {name: text.encode() for name, text in fmt.trainer_config(out, summary.row_tokens, rows).items()}
+        configs = {name: text.encode() for name, text in fmt.trainer_config(out, summary.row_tokens, rows,
+                                                                                      validation).items()}
         for name, data in {**fmt.sidecars(out, summary.row_tokens, rows), **configs}.items():
             path = out.with_name(name)
             sidecar_partial = partial_path(path)
@@ -129,6 +133,8 @@ def write_export(source: Path, fmt: Format, out: Path, summary: ParquetSummary) 
     replace_durably(partial, out)
     manifest = export_manifest(fmt, source, summary, out, digest, size, rows, content,
                                {p.name: d for p, (_, d) in sidecars.items() if p.name not in configs}, list(configs))
+    if validation is not None:
+        manifest["validation"] = Path(validation).name  # its own export, manifest beside it
     write_manifest(manifest, manifest_file)
     return ExportResult(out, manifest_file, manifest)
 
