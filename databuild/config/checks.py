@@ -26,6 +26,14 @@ def _take(raw: dict, key: str, kind: type | tuple, where: str, default: Any = ..
     return value
 
 
+def _choice(raw: dict, key: str, choices: tuple[str, ...], where: str, default: str) -> str:
+    """A string key that takes one of `choices` (`default` when absent)."""
+    value = _take(raw, key, str, where, default)
+    if value not in choices:
+        raise _fail(where, key, value, f"expected one of {', '.join(choices)}")
+    return value
+
+
 def _commit(raw: dict, key: str, where: str) -> str:
     value = _take(raw, key, str, where)
     if not COMMIT_RE.match(value):

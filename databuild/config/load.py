@@ -12,7 +12,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
 from ..errors import BuildError
-from .checks import _fail, _reject_unknown, _take
+from .checks import _choice, _fail, _reject_unknown, _take
 from .schema import BAD_CONVERSATION_POLICIES, DEFAULT_RENDER_TIMEOUT, ROWS_ALL, STOP_TOKEN_POLICIES, BuildConfig
 from .sources import _sources, _tokenizer
 
@@ -179,22 +179,14 @@ def load_config(path: str | os.PathLike) -> BuildConfig:
     policy = _take(raw, "on_bad_conversation", str, where, "error")
     if policy not in BAD_CONVERSATION_POLICIES:
         raise _fail(where, "on_bad_conversation", policy, "expected 'error' or 'skip'")
-    history = _take(raw, "history", str, where, DEFAULT_HISTORY)
-    if history not in HISTORY_POLICIES:
-        raise _fail(where, "history", history, f"expected one of {', '.join(HISTORY_POLICIES)}")
+    history = _choice(raw, "history", HISTORY_POLICIES, where, DEFAULT_HISTORY)
     from ..sources.dedup import DEDUP_POLICIES
 
-    dedup = _take(raw, "dedup", str, where, "none")
-    if dedup not in DEDUP_POLICIES:
-        raise _fail(where, "dedup", dedup, f"expected one of {', '.join(DEDUP_POLICIES)}")
+    dedup = _choice(raw, "dedup", DEDUP_POLICIES, where, "none")
     from ..encode.turns import DEFAULT_TRAIN_TURNS, TRAIN_TURNS
 
-    train_turns = _take(raw, "train_turns", str, where, DEFAULT_TRAIN_TURNS)
-    if train_turns not in TRAIN_TURNS:
-        raise _fail(where, "train_turns", train_turns, f"expected one of {', '.join(TRAIN_TURNS)}")
-    stop_tokens = _take(raw, "stop_tokens_in_fields", str, where, "refuse")
-    if stop_tokens not in STOP_TOKEN_POLICIES:
-        raise _fail(where, "stop_tokens_in_fields", stop_tokens, f"expected one of {', '.join(STOP_TOKEN_POLICIES)}")
+    train_turns = _choice(raw, "train_turns", TRAIN_TURNS, where, DEFAULT_TRAIN_TURNS)
+    stop_tokens = _choice(raw, "stop_tokens_in_fields", STOP_TOKEN_POLICIES, where, "refuse")
     config = BuildConfig(
         name=_take(raw, "name", str, where),
         sources=_sources(raw, where, base),

@@ -6,8 +6,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import BuildError
-from ..sources.tool_checks import RULE_VALUES, DataRules, rules_problem
-from .checks import _commit, _fail, _local_dir, _reject_unknown, _take
+from ..sources.tool_checks import RULE_VALUES, DataRules
+from .checks import _choice, _commit, _fail, _local_dir, _reject_unknown, _take
 from .schema import SHA256_RE, SourceSpec, TokenizerSpec
 
 
@@ -43,9 +43,6 @@ def _source(raw: Any, key: str, where: str, base: Path) -> SourceSpec:
     where = f"{where}: {key}"
     _reject_unknown(raw, {"repo", "revision", "split", "dir", "take", "format", "sha256", "ignore_fields",
                           *RULE_VALUES}, where)
-    wrong = rules_problem(raw)
-    if wrong is not None:
-        raise _fail(where, *wrong)
     take = _take(raw, "take", (int, float), where, None)
     if isinstance(take, bool) or isinstance(take, int) and take <= 0:
         raise _fail(where, "take", take, "a count of rows (a positive int) or a fraction (a positive float; above "
@@ -58,7 +55,8 @@ def _source(raw: Any, key: str, where: str, base: Path) -> SourceSpec:
     return SourceSpec(repo, revision, _take(raw, "split", str, where, "train"), directory, take, name, columns, key,
                       sha256=_digests(raw, where, required=repo is None),
                       ignore_fields=_ignore_fields(raw.get("ignore_fields", []), name, dict(columns), where),
-                      rules=DataRules(**{key: raw[key] for key in RULE_VALUES if key in raw}))
+                      rules=DataRules(**{key: _choice(raw, key, values, where, values[0])
+                                         for key, values in RULE_VALUES.items()}))
 
 
 def _ignore_fields(raw: Any, format_name: str, columns: dict[str, str], where: str) -> tuple[str, ...]:

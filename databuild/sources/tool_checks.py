@@ -12,7 +12,6 @@ through is counted (manifest counts.sources[i].messages).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
 
 from .record import call_function, parse_json
 
@@ -81,11 +80,3 @@ def tool_call_findings(messages: list[tuple[int, dict]], tools: list | None,
                             "undeclared_tool_calls: keep on the source builds it", (0, 0, 0))
                 undeclared += 1
     return None, (int(bool(calls_made) and declared is None), invalid, undeclared)
-
-
-def rules_problem(raw: dict[str, Any]) -> tuple[str, Any, str] | None:
-    """(key, value, why) of the first rule key of a source entry whose value is not one it takes."""
-    for key, values in RULE_VALUES.items():
-        if key in raw and raw[key] not in values:
-            return key, raw[key], f"expected one of {', '.join(values)}"
-    return None

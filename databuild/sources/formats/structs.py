@@ -22,7 +22,6 @@ from typing import Any
 
 import pyarrow as pa
 
-CALL_FRAME = ("id", "type", "function", "name", "arguments")
 
 
 def _is_list(kind: pa.DataType) -> bool:
