@@ -23,7 +23,6 @@ from typing import Any
 import pyarrow as pa
 
 
-
 def _is_list(kind: pa.DataType) -> bool:
     return pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind)
 
