@@ -149,7 +149,7 @@ class Prepared:
         return {**self.malformed, **self.held_out, **self.duplicates}
 
     def conversations(self) -> Iterator[Conversation]:
-        """The stream in permutation order, malformed conversations and duplicates marked."""
+        """The stream in permutation order, the conversations dropped up front marked."""
         return marked(self.spill.conversations(), self.dropped_up_front)
 
     def batches(self, size: int, by_reference: bool) -> Iterator[list[Conversation] | SpilledBatch]:
@@ -178,7 +178,8 @@ def prepare(config: BuildConfig, offline: bool = False, window: int = DEFAULT_WI
     placed = placement(*inputs.selections, config.seed)
     spill_dir = spill_folder()
     try:
-        spill = Spill(inputs.source_files, placed, window, Path(spill_dir.name), keys=config.dedup == "exact" or config.validation is not None)
+        keys = config.dedup == "exact" or config.validation is not None  # content keys: dedup, the split's check
+        spill = Spill(inputs.source_files, placed, window, Path(spill_dir.name), keys=keys)
         if spill_prefix is None:
             spill_prefix = (placed.size if config.rows is None else  # rows: all reads the whole stream
                             expected_prefix(inputs.source_files, placed, config.rows * config.row_tokens))
@@ -204,6 +205,8 @@ class Split:
 
 
 def validation_split(pinned: Pinned) -> Split:
+    """The split of `pinned`'s config (sources/holdout.py): its build is the config renamed NAME.validation,
+    rows: all, over each source's held-out rows (in place of its take)."""
     config, inputs = pinned.config, pinned.inputs
     held, ids = held_out_rows(inputs.sources, config.validation)
     sources = tuple(replace(s, selected=rows) for s, rows in zip(inputs.sources, held))
@@ -236,7 +239,7 @@ def make(config: BuildConfig, out_dir: Path, *, force: bool = False, offline: bo
         return _current(final, started)
     final.parent.mkdir(parents=True, exist_ok=True)
     with exclusive(final, f"make of {config.name} into {final.parent}") as waited:
-        for partial in partials(final):  # under the lock: whoever wrote it is gone
+        for partial in [*partials(final), *partials(validation_final)]:  # under the lock: whoever wrote it is gone
             partial.unlink(missing_ok=True)
         reason = "--force given" if force else stale()
         if reason is None:  # another process built it while this one waited

@@ -5,7 +5,6 @@ the samples whose turn trains."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from conftest import messages, write_config
@@ -93,9 +92,11 @@ def test_muse_spark_keeps_the_chosen_answers(tokenizer, train_turns, off, cleare
 
 
 def test_an_expanded_sample_whose_turn_does_not_train_is_not_written(tokenizer):
-    msgs = messages(("user", "Hi"), ("assistant", "Hello there"), ("user", "You said: Hello there"), ("assistant", "Yes"))
+    msgs = messages(("user", "Hi"), ("assistant", "Hello there"), ("user", "You said: Hello there"),
+                    ("assistant", "Yes"))
     parts = encoded(tokenizer, msgs, HIDES_EARLIER_ANSWERS, "assistant", "last", ("<|im_end|>",))
-    assert [supervised_runs(tokenizer, p.input_ids, p.loss_mask) for p in parts] == [["<|im_start|>assistant\nYes<|im_end|>"]]
+    assert [supervised_runs(tokenizer, p.input_ids, p.loss_mask) for p in parts] == [
+        ["<|im_start|>assistant\nYes<|im_end|>"]]
     assert (parts[0].samples_not_written, parts[0].turns_not_trained) == (1, 1)
     parts = encoded(tokenizer, flagged(msgs, {3}), HIDES_EARLIER_ANSWERS, "assistant", "flagged", ("<|im_end|>",))
     assert [supervised_runs(tokenizer, p.input_ids, p.loss_mask) for p in parts] == [
@@ -157,3 +158,12 @@ def test_last_builds_and_records(tmp_path, tiny_build):
     assert result.data["output"]["supervised_token_ratio"] < tiny_build.data["output"]["supervised_token_ratio"]
     with pytest.raises(BuildError, match="key 'train_turns' = 'first': expected one of all, last, flagged"):
         load_config(write_config(tmp_path / "d.yaml", train_turns="first"))
+
+
+def test_the_same_bytes_whatever_the_workers_and_batches(flagged_sources, sixteen_cores):
+    tmp, as_messages, _, _ = flagged_sources
+    config = mixture(tmp, entry(as_messages), name="w.yaml", rows="all", train_turns="flagged")
+    one = build(config, tmp / "w1")
+    other = make(load_config(config), tmp / "w2", workers=2, batch_size=3, window=16, progress=False)
+    assert one.parquet.read_bytes() == other.parquet.read_bytes()
+    assert one.manifest.read_bytes() == other.manifest.read_bytes()

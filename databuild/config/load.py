@@ -179,12 +179,11 @@ def load_config(path: str | os.PathLike) -> BuildConfig:
     policy = _take(raw, "on_bad_conversation", str, where, "error")
     if policy not in BAD_CONVERSATION_POLICIES:
         raise _fail(where, "on_bad_conversation", policy, "expected 'error' or 'skip'")
-    history = _choice(raw, "history", HISTORY_POLICIES, where, DEFAULT_HISTORY)
+    from ..encode.turns import DEFAULT_TRAIN_TURNS, TRAIN_TURNS
     from ..sources.dedup import DEDUP_POLICIES
 
+    history = _choice(raw, "history", HISTORY_POLICIES, where, DEFAULT_HISTORY)
     dedup = _choice(raw, "dedup", DEDUP_POLICIES, where, "none")
-    from ..encode.turns import DEFAULT_TRAIN_TURNS, TRAIN_TURNS
-
     train_turns = _choice(raw, "train_turns", TRAIN_TURNS, where, DEFAULT_TRAIN_TURNS)
     stop_tokens = _choice(raw, "stop_tokens_in_fields", STOP_TOKEN_POLICIES, where, "refuse")
     config = BuildConfig(

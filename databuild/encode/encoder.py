@@ -157,9 +157,9 @@ class Encoder:
         """(the samples train_turns keeps, turns it leaves out, samples it leaves out), or the Problem."""
         try:
             samples = self.samples(conversation, text, generation)
-            return selected(samples, conversation.messages, self.train_turns, flags,
-                            lambda sample: sample.turns or tagged_turns(conversation.messages, sample.spans, sample.text,
-                                                                        self.renderer.render, conversation.tools))
+            messages, tools = conversation.messages, conversation.tools
+            return selected(samples, messages, self.train_turns, flags, lambda sample: sample.turns or tagged_turns(
+                messages, sample.spans, sample.text, self.renderer.render, tools))
         except NoTrainedTurn as exc:
             return Problem(NO_TRAINED_TURN, str(exc))
         except MaskError as exc:

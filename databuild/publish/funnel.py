@@ -24,8 +24,8 @@ if TYPE_CHECKING:
     from .record import BuildRecord
 
 EMPTY_RENDER = "empty_render"
-BOXES = ("rows", "not_taken", "taken", "repeats", "not_reached", "read", "packed", "in_kept_rows", "in_rows_without_target",
-         "not_written")  # the counts of an entry, besides `dropped` (by kind)
+BOXES = ("rows", "not_taken", "taken", "repeats", "not_reached", "read", "packed", "in_kept_rows",
+         "in_rows_without_target", "not_written")  # the counts of an entry, besides `dropped` (by kind)
 
 
 def _per_source(firsts: list[int], rows, sources: int) -> list[int]:
