@@ -17,7 +17,8 @@ The same (conversations, seed, format) always gives the same parquet bytes (sing
 options). `format` writes the same conversations in another source format databuild reads
 (databuild/sources/formats): `sharegpt` (conversations of from/value, human/gpt/system) or
 `prompt_completion` (conversational: all but the last message, then the last), to measure the
-format adapters against the messages form.
+format adapters against the messages form; `agentic` writes them with tool rounds and reasoning added
+(`agentic`), for the agentic bench (run.py --agentic).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import random
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,8 +40,52 @@ GENERATOR_VERSION = 1  # bump when the text or shape changes: it keys the on-dis
 SHARD_ROWS = 16_384
 MESSAGES = SOURCE_SCHEMA.field("messages").type
 FROM = {"system": "system", "user": "human", "assistant": "gpt"}
+SEARCH_TOOL = {"type": "function", "function": {"name": "search", "description": "Search the web", "parameters": {
+    "type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}}}
+
+
+def agentic(messages: list[dict], rng: random.Random, reasoning: str | None) -> list[dict]:
+    """The conversation with 0-3 tool rounds before each answer, and reasoning (under the key the
+    template reads, none for a template that writes none) on the answers and calls."""
+    out = []
+    for message in messages:
+        if message["role"] == "assistant":
+            for k in range(rng.choice([0, 1, 1, 2, 3])):
+                calls = [{"id": f"c{k}{j}", "type": "function",
+                          "function": {"name": "search", "arguments": {"q": message["content"][:40 + 10 * j]}}}
+                         for j in range(rng.choice([1, 1, 2]))]
+                out.append({"role": "assistant", "content": None, "tool_calls": calls,
+                            **({reasoning: message["content"][:200]} if reasoning else {})})
+                out += [{"role": "tool", "tool_call_id": c["id"], "name": "search",
+                         "content": message["content"][-400:]} for c in calls]
+            message = {**message, **({reasoning: message["content"][:300]} if reasoning else {})}
+        out.append(message)
+    return out
+
+
+def _agentic_columns(messages: list[dict]) -> dict:
+    """The `agentic` format: the messages form in TRL's documented tool-calling schema (tool_calls with
+    their arguments as JSON text, tool results, reasoning_content), tool rounds and reasoning added by
+    `agentic` from a generator seeded by the conversation's last text (the same conversation, the same
+    rounds), the search tool listed as JSON text."""
+    chat = agentic(messages, random.Random(messages[-1]["content"]), "reasoning_content")
+    for message in chat:
+        for call in message.get("tool_calls") or ():
+            call["function"]["arguments"] = json.dumps(call["function"]["arguments"])
+    return {"messages": chat, "tools": json.dumps([SEARCH_TOOL])}
+
+
+AGENTIC_MESSAGE = pa.struct([
+    ("role", pa.string()), ("content", pa.string()), ("reasoning_content", pa.string()),
+    ("tool_calls", pa.list_(pa.struct([("id", pa.string()), ("type", pa.string()), ("function", pa.struct(
+        [("name", pa.string()), ("arguments", pa.string())]))]))),
+    ("tool_call_id", pa.string()), ("name", pa.string())])
+
+
 SCHEMAS = {  # format: (schema, the columns of one conversation from its messages)
     "messages": (SOURCE_SCHEMA, lambda messages: {"messages": messages}),
+    "agentic": (pa.schema([("id", pa.string()), ("messages", pa.list_(AGENTIC_MESSAGE)), ("source", pa.string()),
+                           ("tools", pa.string())]), _agentic_columns),
     "sharegpt": (pa.schema([("id", pa.string()), ("conversations", pa.list_(pa.struct([
         ("from", pa.string()), ("value", pa.string())]))), ("source", pa.string())]),
         lambda messages: {"conversations": [{"from": FROM[m["role"]], "value": m["content"]} for m in messages]}),

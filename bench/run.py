@@ -35,6 +35,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from importlib import metadata
 from pathlib import Path
 
@@ -96,6 +97,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--big-workers", default=None,
                         help="--big-rows: its --workers, comma-separated W or W:T as in --curve-workers, one job each "
                              "(default: databuild's)")
+    parser.add_argument("--old-limit", choices=("all", "recipe", "none"), default="recipe",
+                        help="--curve: measure the old limit (read + encode_batch on every thread of one process) "
+                             "for the recipe's job (default), for the --big-rows job too (all), or not")
+    parser.add_argument("--skip-driver", action="store_true", help="--curve: skip the driver's ceiling")
+    parser.add_argument("--agentic", action="store_true",
+                        help="--curve on an agentic corpus (tool rounds, reasoning) with a Qwen3-style tokenizer "
+                             "(bench/qwen3_style.py): targets inferred, history expanded; the parallel floor on "
+                             "the samples written")
     parser.add_argument("--profile", type=Path, default=None,
                         help="--curve: profile each job's main thread (cProfile) into DIR/job-1x-wN.prof, "
                              "and print its top")
@@ -190,8 +199,9 @@ def run_worker(job: dict, tmp: Path, threads: int | None, databuild: Path | None
     job = {**job, "result": str(tmp / f"result-{tag}.json")}
     job_file = tmp / f"job-{tag}.json"
     job_file.write_text(json.dumps(job))
-    done = subprocess.run([sys.executable, str(HERE / "workers.py"), str(job_file)],
-                          env=worker_env(threads, databuild),
+    env = worker_env(threads, databuild)
+    env["BENCH_SPAWNED_AT"] = repr(time.perf_counter())  # CLOCK_MONOTONIC: the path's start and imports
+    done = subprocess.run([sys.executable, str(HERE / "workers.py"), str(job_file)], env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if done.returncode != 0:
         sys.exit(f"error: path {job['path']} failed (exit {done.returncode}):\n{done.stdout[-4000:]}")
@@ -374,12 +384,13 @@ def scaling(args, corpus, tokenizer, loss_mask, kwargs, tmp) -> dict:
 
 
 def make_corpus(args, conversations: int):
-    root = corpus_dir(CACHE, conversations, args.corpus_seed, per_shard=bool(args.corpus_jobs))
+    format = "agentic" if getattr(args, "agentic", False) else "messages"
+    root = corpus_dir(CACHE, conversations, args.corpus_seed, format, per_shard=bool(args.corpus_jobs))
     fresh = not (root / "corpus.json").exists()
     if fresh:
         print(f"generating {conversations:,} conversations under {root} ...", flush=True)
         shutil.rmtree(root, ignore_errors=True)  # a half-written corpus from an interrupted run
-    return write_corpus(root, conversations, args.corpus_seed, jobs=args.corpus_jobs)
+    return write_corpus(root, conversations, args.corpus_seed, format, jobs=args.corpus_jobs)
 
 
 # ---- cores --------------------------------------------------------------------------------------
@@ -398,13 +409,55 @@ def label(workers: int, threads: int | None) -> str:
 
 
 def limit_of(args, corpus, tokenizer, kwargs, tmp, conversations: int, read: dict) -> dict:
-    """The job's limit: one read of the source (`read`) plus the floor, encode_batch on every core,
-    over the conversations the job reads."""
+    """The job's old limit: one read of the source (`read`) plus the floor, encode_batch on every core
+    of one process, over the conversations the job reads (rendering left out)."""
     floor = run_worker({"path": "floor", "tokenizer": str(tokenizer), "corpus": str(corpus.root), "seed": args.seed,
                         "conversations": conversations, "template_kwargs": kwargs, "batch_size": args.batch_size},
                        tmp, args.threads)
     return {"read_seconds": read["seconds"], "floor_seconds": floor["seconds"], "floor": floor,
             "seconds": read["seconds"] + floor["seconds"]}
+
+
+def parallel_floor_of(args, corpus, tokenizer, kwargs, tmp, conversations: int, read: dict, cores: int) -> dict:
+    """The job's parallel floor: one read of the source (`read`) plus its conversations (with --agentic,
+    the samples the history policy writes of them) rendered and encoded by one single-threaded process
+    per core, all at once (workers.run_pfloor)."""
+    floor = run_worker({"path": "pfloor", "tokenizer": str(tokenizer), "corpus": str(corpus.root), "seed": args.seed,
+                        "conversations": conversations, "template_kwargs": kwargs, "batch_size": args.batch_size,
+                        "processes": cores, "expand": args.agentic, "out": str(tmp)}, tmp, None)
+    return {"read_seconds": read["seconds"], "floor_seconds": floor["seconds"], "floor": floor,
+            "seconds": read["seconds"] + floor["seconds"]}
+
+
+def whole(job: dict) -> float:
+    """The job as `databuild make` in a process of its own: its start and imports, then make."""
+    return job["seconds"] + job.get("start_and_imports_seconds", 0.0)
+
+
+def samples_written(job: dict) -> int:
+    """The samples the job packed: its conversations, an expanded one counted as its samples."""
+    expanded = job.get("history_expanded") or {"conversations": 0, "samples": 0}
+    return job["conversations"] - expanded["conversations"] + expanded["samples"]
+
+
+def print_stages(job: dict, pfloor: dict) -> None:
+    """Where the job's seconds went, stage by stage, beside its parallel floor."""
+    stages, phases = job["stages"], job["phases"]
+    print(f"\nstages of the job, --workers {job['tag']} ({job['encoding']}): wall s of the build's thread unless said")
+    print(f"  {'process start and imports':<58}{job.get('start_and_imports_seconds', float('nan')):>8.2f}")
+    for name, value in stages.items():
+        if value is not None:
+            print(f"  {name:<58}{value:>8.2f}" if isinstance(value, float) else f"  {name:<58}{value:>8}")
+    for name in ("waiting for workers", "waiting for the writer", "waiting for the tokenizer threads"):
+        print(f"  {'stream: ' + name:<58}{phases.get(name, 0.0):>8.2f}")
+    print(f"  {'make (all)':<58}{job['seconds']:>8.2f}")
+    first, last = stages.get("first result after (s from make's start)"), stages.get("last result after")
+    if first is not None:
+        encode = last - first
+        print(f"  the encoding, first result to last: {encode:.2f} s against the parallel floor's render and encode "
+              f"{pfloor['floor_seconds']:.2f} s ({encode / pfloor['floor_seconds']:.2f}x); before the first result "
+              f"{first:.2f} s (read of the source alone: {pfloor['read_seconds']:.2f} s); after the last "
+              f"{job['seconds'] - last:.2f} s")
 
 
 def curve(args, corpus, tokenizer, loss_mask, kwargs, tmp) -> dict:
@@ -430,27 +483,49 @@ def curve(args, corpus, tokenizer, loss_mask, kwargs, tmp) -> dict:
             import pstats
 
             pstats.Stats(str(args.profile / f"job-{tag}.prof")).sort_stats("tottime").print_stats(25)
-    conversations = next(iter(jobs.values()))["conversations"]
-    limit = limit_of(args, corpus, tokenizer, kwargs, tmp, conversations, read)
-    print(f"limit: read {limit['read_seconds']:.2f} s + floor {limit['floor_seconds']:.2f} s", flush=True)
-    config = tmp / f"bench-{next(iter(jobs.values()))['tag']}.yaml"
-    driver = run_worker({"path": "driver", "config": str(config), "conversations": conversations,
-                         "batch_size": args.batch_size, "out": str(tmp)}, tmp, args.threads, args.databuild)
+    first = next(iter(jobs.values()))
+    conversations = first["conversations"]
+    pfloor = parallel_floor_of(args, corpus, tokenizer, kwargs, tmp, conversations, read, cores)
+    print(f"parallel floor: read {pfloor['read_seconds']:.2f} s + {cores} processes {pfloor['floor_seconds']:.2f} s "
+          f"({pfloor['floor']['samples']:,} samples, {pfloor['floor']['tokens']:,} tokens; each process "
+          f"{pfloor['floor']['part_seconds'][0]:.2f}-{pfloor['floor']['part_seconds'][1]:.2f} s; render "
+          f"{pfloor['floor']['render_cpu_seconds']:.1f} + encode {pfloor['floor']['encode_cpu_seconds']:.1f} CPU s)",
+          flush=True)
+    if pfloor["floor"]["samples"] != samples_written(first):
+        print(f"WARNING: the parallel floor rendered {pfloor['floor']['samples']:,} samples, the job wrote "
+              f"{samples_written(first):,} (its manifest's counts)", flush=True)
+    limit = limit_of(args, corpus, tokenizer, kwargs, tmp, conversations, read) if args.old_limit != "none" else None
+    if limit:
+        print(f"old limit: read {limit['read_seconds']:.2f} s + floor {limit['floor_seconds']:.2f} s", flush=True)
+    config = tmp / f"bench-{first['tag']}.yaml"
+    driver = None if args.skip_driver else run_worker(
+        {"path": "driver", "config": str(config), "conversations": conversations, "batch_size": args.batch_size,
+         "out": str(tmp)}, tmp, args.threads, args.databuild)
     identical = len({r["rows_sha256"] for r in jobs.values()}) == 1
-    print(f"\n{'--workers':>9}{'wall s':>8}{'CPU':>7}{'tokens/s':>12}{'job/limit':>10}{'peak RSS MiB':>14}")
+    old = (lambda r: f"{r['seconds'] / limit['seconds']:>10.2f}") if limit else (lambda r: f"{'':>10}")
+    print(f"\n{'--workers':>9}{'wall s':>8}{'whole s':>8}{'CPU':>7}{'tokens/s':>12}{'/pfloor':>8}{'/old':>10}"
+          f"{'peak RSS MiB':>14}")
     for key, r in jobs.items():
         mark = " (default)" if key.partition("#")[0] == str(default) else ""
-        print(f"{key:>9}{r['seconds']:>8.1f}{r['cpu_seconds'] / r['seconds']:>7.0%}{rate(r):>12,.0f}"
-              f"{r['seconds'] / limit['seconds']:>10.2f}{rss(r):>14,.0f}  {r['phases']}{mark}")
-    print(f"limit {limit['seconds']:.1f} s = read {limit['read_seconds']:.2f} s + floor {limit['floor_seconds']:.2f} s "
-          f"({conversations:,} conversations, {limit['floor']['tokens']:,} tokens); rows_sha256 "
-          f"{'identical' if identical else 'DIFFER'} across worker counts")
-    print(f"driver ceiling (pack + hash + write alone): {rate(driver):,.0f} tokens/s "
-          f"({driver['seconds']:.2f} s for {driver['tokens']:,} tokens); the stream read back to Python alone: "
-          f"{driver['stream_tokens'] / driver['read_seconds']:,.0f} tokens/s", flush=True)
+        print(f"{key:>9}{r['seconds']:>8.1f}{whole(r):>8.1f}{r['cpu_seconds'] / r['seconds']:>7.0%}{rate(r):>12,.0f}"
+              f"{whole(r) / pfloor['seconds']:>8.2f}{old(r)}{rss(r):>14,.0f}  {r['phases']}{mark}")
+    print(f"parallel floor {pfloor['seconds']:.1f} s = read {pfloor['read_seconds']:.2f} s + render and encode in "
+          f"{cores} processes {pfloor['floor_seconds']:.2f} s; /pfloor: the whole process (start, imports, make) "
+          "over it" + (f"; old limit {limit['seconds']:.1f} s = read + floor {limit['floor_seconds']:.2f} s "
+                        f"({conversations:,} conversations, {limit['floor']['tokens']:,} tokens), /old: make alone "
+                        "over it" if limit else "") +
+          f"; rows_sha256 {'identical' if identical else 'DIFFER'} across worker counts ({first['rows_sha256']})")
+    default_job = next((r for k, r in jobs.items() if k.partition("#")[0] == str(default)), first)
+    print_stages(default_job, pfloor)
+    if driver:
+        print(f"driver ceiling (pack + hash + write alone): {rate(driver):,.0f} tokens/s "
+              f"({driver['seconds']:.2f} s for {driver['tokens']:,} tokens); the stream read back to Python alone: "
+              f"{driver['stream_tokens'] / driver['read_seconds']:,.0f} tokens/s", flush=True)
     report = {"mode": "curve", "rows": rows, "cores": cores, "default_workers": default, "limit": limit,
-              "jobs": jobs, "driver": driver, "rows_sha256_identical": identical,
-              "ratios": {f"job/limit w{w}": r["seconds"] / limit["seconds"] for w, r in jobs.items()}}
+              "pfloor": pfloor, "jobs": jobs, "driver": driver, "rows_sha256_identical": identical,
+              "ratios": {**{f"whole job/pfloor w{w}": whole(r) / pfloor["seconds"] for w, r in jobs.items()},
+                         **({f"job/old limit w{w}": r["seconds"] / limit["seconds"] for w, r in jobs.items()}
+                            if limit else {})}}
     if args.big_rows:
         bigs = {}
         for workers, threads in (worker_counts(args.big_workers, cores, default) if args.big_workers
@@ -459,14 +534,19 @@ def curve(args, corpus, tokenizer, loss_mask, kwargs, tmp) -> dict:
             bigs[name] = build(args, corpus, tokenizer, loss_mask, kwargs, args.big_rows, tmp,
                                f"big-w{name.replace(':', 't')}", workers=workers, threads=threads)
             print(f"big job, --workers {name}: {bigs[name]['seconds']:.1f} s", flush=True)
-        big_limit = limit_of(args, corpus, tokenizer, kwargs, tmp, next(iter(bigs.values()))["conversations"], read)
-        report.update(big=bigs, big_limit=big_limit)
+        big_conversations = next(iter(bigs.values()))["conversations"]
+        big_pfloor = parallel_floor_of(args, corpus, tokenizer, kwargs, tmp, big_conversations, read, cores)
+        big_limit = limit_of(args, corpus, tokenizer, kwargs, tmp, big_conversations, read) \
+            if args.old_limit == "all" else None
+        report.update(big=bigs, big_limit=big_limit, big_pfloor=big_pfloor)
         for name, big in bigs.items():
-            report["ratios"][f"big job/limit w{name}"] = big["seconds"] / big_limit["seconds"]
-            print(f"big job: {args.big_rows} rows, --workers {name}: {big['seconds']:.1f} s against a limit of "
-                  f"{big_limit['seconds']:.1f} s (read {big_limit['read_seconds']:.2f} + floor "
-                  f"{big_limit['floor_seconds']:.2f}): {big['seconds'] / big_limit['seconds']:.2f}x; phases "
-                  f"{big['phases']}", flush=True)
+            report["ratios"][f"big whole job/pfloor w{name}"] = whole(big) / big_pfloor["seconds"]
+            print(f"big job: {args.big_rows} rows, --workers {name}: {big['seconds']:.1f} s ({whole(big):.1f} s whole) "
+                  f"against a parallel floor of {big_pfloor['seconds']:.1f} s (read {big_pfloor['read_seconds']:.2f} + "
+                  f"{cores} processes {big_pfloor['floor_seconds']:.2f}): {whole(big) / big_pfloor['seconds']:.2f}x"
+                  + (f"; old limit {big_limit['seconds']:.1f} s: {big['seconds'] / big_limit['seconds']:.2f}x"
+                     if big_limit else "") + f"; rows_sha256 {big['rows_sha256']}", flush=True)
+            print_stages({**big, "tag": name}, big_pfloor)
     report["verdicts"] = {}
     return report
 
@@ -474,6 +554,12 @@ def curve(args, corpus, tokenizer, loss_mask, kwargs, tmp) -> dict:
 def main(argv=None) -> int:
     args = parse_args(argv)
     tokenizer = choose_tokenizer(args.tokenizer)
+    if args.agentic:
+        if not args.curve or not args.rows:
+            sys.exit("error: --agentic measures --curve, with --rows given")
+        from qwen3_style import qwen3_style
+
+        tokenizer = qwen3_style(tokenizer, CACHE / f"qwen3-style-{tokenizer.name}")
     loss_mask, kwargs = render_settings(tokenizer, args.loss_mask)
     corpus = make_corpus(args, args.conversations)
     info = machine(args.databuild)

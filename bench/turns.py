@@ -34,25 +34,6 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "bench"), str(REPO / "tests")]
 
 
-def agentic(messages: list[dict], rng: random.Random, reasoning: str | None) -> list[dict]:
-    """The conversation with 0-3 tool rounds before each answer, and reasoning (under the key the
-    template reads, none for a template that writes none) on the answers and calls."""
-    out = []
-    for message in messages:
-        if message["role"] == "assistant":
-            for k in range(rng.choice([0, 1, 1, 2, 3])):
-                calls = [{"id": f"c{k}{j}", "type": "function",
-                          "function": {"name": "search", "arguments": {"q": message["content"][:40 + 10 * j]}}}
-                         for j in range(rng.choice([1, 1, 2]))]
-                out.append({"role": "assistant", "content": None, "tool_calls": calls,
-                            **({reasoning: message["content"][:200]} if reasoning else {})})
-                out += [{"role": "tool", "tool_call_id": c["id"], "name": "search",
-                         "content": message["content"][-400:]} for c in calls]
-            message = {**message, **({reasoning: message["content"][:300]} if reasoning else {})}
-        out.append(message)
-    return out
-
-
 def measure(encoder, batches) -> dict:
     render = tokenize = finish = 0.0
     tokens = turns = samples = sample_tokens = 0
@@ -88,7 +69,7 @@ def main(argv=None) -> None:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
 
-    from corpus import ConversationMaker
+    from corpus import ConversationMaker, agentic
     from conftest import PHI3, TEMPLATES, TOKENIZER_DIR
     from databuild.encode.encoder import Encoder
     from databuild.encode.render import Renderer, load_tokenizer

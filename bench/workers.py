@@ -12,19 +12,28 @@ JSON to job["result"], and times only what its path is about:
 - read:  one read of the whole source (every file, the columns a build reads), on every core: the
          source's share of the job's limit;
 - driver: the driver's per-token work alone (pack, hash, write) over a stream tokenized beforehand:
-         the ceiling, in tokens/s, of any executor, however many workers feed it.
+         the ceiling, in tokens/s, of any executor, however many workers feed it;
+- pfloor: the parallel floor: the job's conversations (or the samples its history policy expands them
+         into) split into C equal parts, rendered and encoded by C single-threaded processes at once,
+         started and loaded beforehand, clocked from the first start to the last end (`part` is one of them).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
-import resource
-import sys
-import threading
 import time
-from pathlib import Path
+
+STARTED = time.perf_counter()  # CLOCK_MONOTONIC, as the bench's own: this process's start, its imports after it
+
+import hashlib  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import pickle  # noqa: E402
+import resource  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import threading  # noqa: E402
+from concurrent.futures import ThreadPoolExecutor  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 
@@ -152,25 +161,45 @@ def load_tokenizer(directory: str):
     return AutoTokenizer.from_pretrained(directory, local_files_only=True)
 
 
-def conversations_in_order(corpus: str, seed: int, count: int) -> list[list[dict[str, str]]]:
-    """The first `count` conversations of the build's stream: its permutation, its file order.
+def conversations_in_order(corpus: str, seed: int, count: int, with_tools: bool = False) -> list:
+    """The first `count` conversations of the build's stream: its permutation, its file order; with
+    `with_tools`, (messages as the template reads them, tools) pairs.
 
-    One file in memory at a time, so a path's peak RSS reflects what it processes, not the corpus."""
+    The files read on a thread per core (pyarrow releases the GIL), each holding only the rows wanted,
+    so a path's peak RSS reflects what it processes, not the corpus."""
+    from databuild.executors.cores import available_cores
+
     paths = sorted((Path(corpus) / "data").glob("train-*.parquet"))
     sizes = [pq.ParquetFile(p).metadata.num_rows for p in paths]
     wanted = np.random.default_rng(seed).permutation(sum(sizes))[:count]
     position_of = {int(index): position for position, index in enumerate(wanted)}
-    found: dict[int, list] = {}
-    first = 0
-    for path, size in zip(paths, sizes):
-        rows = np.flatnonzero((wanted >= first) & (wanted < first + size))
-        if len(rows):
-            indices = np.sort(wanted[rows])
-            messages = pq.read_table(path, columns=["messages"]).column("messages")
-            for index, conversation in zip(indices, messages.take(pa.array(indices - first)).to_pylist()):
-                found[position_of[int(index)]] = conversation
-        first += size
+    firsts = np.concatenate([[0], np.cumsum(sizes)]).tolist()
+    columns = ["messages", "tools"] if with_tools else ["messages"]
+
+    def taken(k: int) -> tuple[np.ndarray, pa.Table | None]:
+        first = firsts[k]
+        indices = np.sort(wanted[(wanted >= first) & (wanted < first + sizes[k])])
+        if not len(indices):
+            return indices, None
+        return indices, pq.read_table(paths[k], columns=columns).take(pa.array(indices - first))
+
+    found: dict[int, object] = {}
+    with ThreadPoolExecutor(max_workers=min(len(paths), available_cores())) as pool:
+        for indices, table in pool.map(taken, range(len(paths))):
+            if table is None:
+                continue
+            messages = table.column("messages").to_pylist()
+            tools = table.column("tools").to_pylist() if with_tools else [None] * len(messages)
+            for index, conversation, listed in zip(indices, messages, tools):
+                found[position_of[int(index)]] = (
+                    ([_as_chat(m) for m in conversation], json.loads(listed) if listed else None) if with_tools
+                    else conversation)
     return [found[position] for position in range(len(wanted))]
+
+
+def _as_chat(message: dict) -> dict:
+    """A message as `datasets` gives it to a template, the fields it lacks (nulls of the struct) left out."""
+    return {key: value for key, value in message.items() if value is not None or key == "content"}
 
 
 def peer_template(tokenizer) -> str:
@@ -291,6 +320,7 @@ def run_make(job: dict) -> dict:
     from databuild.config import load_config
 
     phases = _timed(databuild.build, ("pin", "prepare", "check_unchanged"))
+    stages = _stages()
     waits = _waits()
     config = load_config(job["config"])
     tree = TreePeak() if (job["workers"] or 2) > 1 else None
@@ -311,6 +341,7 @@ def run_make(job: dict) -> dict:
             result = make(config, Path(job["out"]), offline=True, workers=job["workers"],
                           batch_size=job["batch_size"], progress=False, force=True, **window)
         seconds = time.perf_counter() - started
+        stages = _stage_figures(stages, started)
         _stop_fork_server()
     output, counts = result.data["output"], result.data["counts"]
     # concat cuts a conversation at each row boundary it straddles: the first segment of a continued row
@@ -324,7 +355,9 @@ def run_make(job: dict) -> dict:
             "rows_sha256": output["rows_sha256"], "parquet_bytes": output["parquet_bytes"],
             "databuild": str(Path(databuild.__file__).parent),
             "encoding": getattr(result, "encoding", None),  # None: a databuild from before it said
-            "phases": {k: round(v, 3) for k, v in {**phases, **waits}.items()},
+            "phases": {k: round(v, 3) for k, v in {**phases, **waits}.items()}, "stages": stages,
+            "start_and_imports_seconds": round(started - _spawned_at(), 3),
+            "history_expanded": counts.get("history_expanded"),
             "tree_peak_rss_mib": tree.stop() if tree else None, **load.figures}
 
 
@@ -335,6 +368,101 @@ def _stop_fork_server() -> None:
     from multiprocessing import forkserver
 
     forkserver._forkserver._stop()
+
+
+def _spawned_at() -> float:
+    """When run.py started this process (its CLOCK_MONOTONIC, passed in the environment); else this
+    module's first line (the interpreter's own start then left out)."""
+    return float(os.environ.get("BENCH_SPAWNED_AT", STARTED))
+
+
+# Where a build's seconds go, stage by stage (bench/README.md, "Parallel floor"): (module, function, stage).
+# Wall seconds of the build's own thread, except those marked threads (summed over the source pass's
+# threads) and background (a thread of its own, overlapping the rest).
+STAGES = (
+    ("databuild.inputs.resolve", "hash_files", "pin: hash the source"),
+    ("databuild.build", "load_tokenizer", "pin: load the tokenizer"),
+    ("databuild.build", "probe", "pin: probe the template"),
+    ("databuild.build", "pin", "pin (all)"),
+    ("databuild.build", "stream_positions", "source pass: permutation"),
+    ("databuild.sources.spill", "iter_batches", "source pass: read (threads)"),
+    ("databuild.sources.spill", "check_batch", "source pass: check (threads)"),
+    ("databuild.sources.spill", "with_valid_utf8", "source pass: utf-8 (threads)"),
+    ("databuild.build", "prepare", "source pass (all: read, check, spill)"),
+    ("databuild.build", "write_rows", "encode, pack, hash, write (the stream)"),
+    ("databuild.build", "check_unchanged", "end: source unchanged"),
+    ("databuild.build", "file_sha256", "end: hash the parquet"),
+    ("databuild.build", "manifest_of", "end: manifests"),
+    ("databuild.build", "publish", "end: rename"),
+    ("databuild.build", "write_manifest", "end: write the manifest"),
+    ("databuild.executors.local", "_end_pool", "end: stop the workers"),
+)
+
+
+def _stages() -> dict:
+    """Wraps each of STAGES' functions (generators: the time inside each step), and the driver's
+    first and last result from the encoding (worker results, or this process's own finish)."""
+    import importlib
+
+    spent, seen = {label: 0.0 for *_, label in STAGES}, {"results": []}
+    for module_name, name, label in STAGES:
+        module = importlib.import_module(module_name)
+        function = getattr(module, name)
+
+        def timed(*args, _function=function, _label=label, **kwargs):
+            started = time.perf_counter()
+            try:
+                return _function(*args, **kwargs)
+            finally:
+                spent[_label] += time.perf_counter() - started
+
+        def timed_steps(*args, _function=function, _label=label, **kwargs):
+            steps = _function(*args, **kwargs)
+            while True:
+                started = time.perf_counter()
+                try:
+                    item = next(steps)
+                except StopIteration:
+                    spent[_label] += time.perf_counter() - started
+                    return
+                spent[_label] += time.perf_counter() - started
+                yield item
+
+        import inspect
+
+        setattr(module, name, timed_steps if inspect.isgeneratorfunction(function) else timed)
+    import databuild.executors.local as local
+    from databuild.encode.encoder import Encoder
+
+    def noted(function):
+        def note(*args, **kwargs):
+            value = function(*args, **kwargs)
+            if "stream" in seen:  # not the template's probe while pinning
+                seen["results"].append(time.perf_counter())
+            return value
+        return note
+
+    local.from_columns = noted(local.from_columns)
+    Encoder.finish = noted(Encoder.finish)
+    write_rows = sys.modules["databuild.build"].write_rows
+
+    def driver_cpu(*args, **kwargs):
+        seen["stream"], started = time.perf_counter(), time.thread_time()
+        try:
+            return write_rows(*args, **kwargs)
+        finally:
+            spent["the driver's own CPU in the stream (unpickle, pack, hash)"] = time.thread_time() - started
+
+    sys.modules["databuild.build"].write_rows = driver_cpu
+    return {"spent": spent, "seen": seen}
+
+
+def _stage_figures(stages: dict, started: float) -> dict:
+    results = stages["seen"]["results"]
+    return {**{k: round(v, 3) for k, v in stages["spent"].items()},
+            "first result after (s from make's start)": round(results[0] - started, 3) if results else None,
+            "last result after": round(results[-1] - started, 3) if results else None,
+            "results (batches)": len(results)}
 
 
 def _timed(module, names: tuple[str, ...]) -> dict[str, float]:
@@ -424,8 +552,98 @@ def run_driver(job: dict) -> dict:
             "seconds": seconds, "read_seconds": read_seconds, **load.figures}
 
 
+def run_pfloor(job: dict) -> dict:
+    """The parallel floor: the job's conversations, or with job["expand"] the samples the history policy
+    writes of them (`samples_of`), cut into job["processes"] equal parts (consecutive, in stream order),
+    each rendered (apply_chat_template, tokenize=False) and encoded (encode_batch in batches, freeing
+    the encodings included) by a process of its own with one tokenizer thread (RAYON_NUM_THREADS=1),
+    all at once. The processes start, load the tokenizer and their part, and render and encode one item
+    beforehand (not timed); then a line on their stdin starts them all. Seconds: from the first start
+    to the last end (CLOCK_MONOTONIC, one clock for every process of the machine)."""
+    import tempfile
+
+    items = conversations_in_order(job["corpus"], job["seed"], job["conversations"], with_tools=job.get("expand", False))
+    if job.get("expand"):
+        items = [sample for messages, tools in items for sample in samples_of(messages, tools)]
+    else:
+        items = [(messages, None) for messages in items]
+    processes = job["processes"]
+    bounds = [len(items) * k // processes for k in range(processes + 1)]
+    env = {**os.environ, "RAYON_NUM_THREADS": "1"}
+    with tempfile.TemporaryDirectory(dir=job.get("out")) as folder:
+        parts = []
+        for k in range(processes):
+            part = Path(folder) / f"part-{k}.pickle"
+            part.write_bytes(pickle.dumps({**{key: job[key] for key in ("tokenizer", "template_kwargs", "batch_size")},
+                                           "items": items[bounds[k]:bounds[k + 1]], "result": f"{part}.json"}))
+            parts.append(part)
+        del items
+        children = [subprocess.Popen([sys.executable, __file__, "--part", str(part)], env=env, text=True,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE) for part in parts]
+        for child in children:  # loaded and warm
+            if child.stdout.readline().strip() != "ready":
+                raise SystemExit(f"pfloor: a part process failed to start (exit {child.wait()})")
+        with Load() as load:
+            for child in children:
+                child.stdin.write("go\n")
+                child.stdin.close()
+            failed = [child.wait() for child in children]
+        if any(failed):
+            raise SystemExit(f"pfloor: part processes exited {failed}")
+        results = [json.loads(Path(f"{part}.json").read_text()) for part in parts]
+    seconds = max(r["ended"] for r in results) - min(r["started"] for r in results)
+    each = [r["ended"] - r["started"] for r in results]
+    return {"conversations": job["conversations"], "samples": sum(r["items"] for r in results),
+            "tokens": sum(r["tokens"] for r in results), "seconds": seconds, "processes": processes,
+            "part_seconds": [round(min(each), 3), round(max(each), 3)],
+            "starts_spread": round(max(r["started"] for r in results) - min(r["started"] for r in results), 4),
+            "render_cpu_seconds": round(sum(r["render_cpu"] for r in results), 2),
+            "encode_cpu_seconds": round(sum(r["encode_cpu"] for r in results), 2),
+            **load.figures, "cpu_seconds": round(sum(r["cpu"] for r in results), 2)}
+
+
+def samples_of(messages: list[dict], tools: list | None) -> list[tuple[list[dict], list | None]]:
+    """What a template that drops the reasoning of answers before the last user message (Qwen3's) has
+    databuild write under `history: expand`: the conversation itself when no such answer has reasoning,
+    else one sample per assistant message, the conversation up to it (the bench's agentic corpus has a
+    tool result or a user message after every assistant message, so each is a turn of its own). run.py
+    checks the count against the job's manifest (counts.history_expanded)."""
+    users = [k for k, m in enumerate(messages) if m["role"] == "user"]
+    answers = [k for k, m in enumerate(messages) if m["role"] == "assistant"]
+    if not any(k < users[-1] and messages[k].get("reasoning_content") for k in answers):
+        return [(messages, tools)]
+    return [(messages[:k + 1], tools) for k in answers]
+
+
+def run_part(part_file: str) -> None:
+    """One process of the parallel floor (run_pfloor): ready, then its part rendered and encoded on one thread."""
+    job = pickle.loads(Path(part_file).read_bytes())
+    tokenizer, kwargs, size = load_tokenizer(job["tokenizer"]), job["template_kwargs"], job["batch_size"]
+    backend, items = tokenizer.backend_tokenizer, job["items"]
+
+    def render(item) -> str:
+        messages, tools = item
+        return tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, **kwargs)
+
+    backend.encode_batch([render(item) for item in items[:1]], add_special_tokens=False)  # warm: not timed
+    print("ready", flush=True)
+    sys.stdin.readline()
+    started, cpu = time.perf_counter(), time.process_time()
+    texts = [render(item) for item in items]
+    rendered = time.process_time()
+    tokens = 0
+    for low in range(0, len(texts), size):
+        encodings = backend.encode_batch(texts[low:low + size], add_special_tokens=False)
+        tokens += sum(len(e) for e in encodings)
+        del encodings
+    ended, done = time.perf_counter(), time.process_time()
+    Path(job["result"]).write_text(json.dumps({
+        "started": started, "ended": ended, "items": len(items), "tokens": tokens, "cpu": done - cpu,
+        "render_cpu": rendered - cpu, "encode_cpu": done - rendered}))
+
+
 PATHS = {"size": run_size, "floor": run_floor, "peer": run_peer, "make": run_make, "read": run_read,
-         "driver": run_driver}
+         "driver": run_driver, "pfloor": run_pfloor}
 
 
 def main(job_file: str) -> None:
@@ -436,4 +654,7 @@ def main(job_file: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    if sys.argv[1] == "--part":
+        run_part(sys.argv[2])
+    else:
+        main(sys.argv[1])
