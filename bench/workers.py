@@ -167,7 +167,7 @@ def conversations_in_order(corpus: str, seed: int, count: int, with_tools: bool 
 
     The files read on a thread per core (pyarrow releases the GIL), each holding only the rows wanted,
     so a path's peak RSS reflects what it processes, not the corpus."""
-    from databuild.executors.cores import available_cores
+    from databuild.utils.machine import available_cores
 
     paths = sorted((Path(corpus) / "data").glob("train-*.parquet"))
     sizes = [pq.ParquetFile(p).metadata.num_rows for p in paths]
@@ -407,7 +407,10 @@ def _stages() -> dict:
     spent, seen = {label: 0.0 for *_, label in STAGES}, {"results": []}
     for module_name, name, label in STAGES:
         module = importlib.import_module(module_name)
-        function = getattr(module, name)
+        function = getattr(module, name, None)
+        if function is None:  # moved in this databuild: not measured
+            spent[label] = None
+            continue
 
         def timed(*args, _function=function, _label=label, **kwargs):
             started = time.perf_counter()
@@ -459,7 +462,7 @@ def _stages() -> dict:
 
 def _stage_figures(stages: dict, started: float) -> dict:
     results = stages["seen"]["results"]
-    return {**{k: round(v, 3) for k, v in stages["spent"].items()},
+    return {**{k: None if v is None else round(v, 3) for k, v in stages["spent"].items()},
             "first result after (s from make's start)": round(results[0] - started, 3) if results else None,
             "last result after": round(results[-1] - started, 3) if results else None,
             "results (batches)": len(results)}
