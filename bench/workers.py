@@ -491,14 +491,18 @@ def _waits() -> dict[str, float]:
     (little: the workers are the bottleneck; much: the driver is) and on the background writer."""
     from concurrent.futures import Future
 
-    spent = {"waiting for workers": 0.0, "waiting for the writer": 0.0, "waiting for the tokenizer threads": 0.0}
+    spent = {"waiting for workers": 0.0, "waiting for the writer": 0.0, "waiting for the tokenizer threads": 0.0,
+             "waiting for other threads (source pass, hashing)": 0.0}
     result = Future.result
 
     def timed(self, timeout=None):
         started = time.perf_counter()
         value = result(self, timeout)
-        kind = "workers" if isinstance(value, tuple) else "the tokenizer threads" if isinstance(value, list) else \
-            "the writer"  # results of a worker / of encode_batch in this process / of write_table
+        # results of a worker / of encode_batch in this process / of the source pass's parts or the hashing /
+        # of write_table
+        kind = "workers" if isinstance(value, tuple) else (
+            ("the tokenizer threads" if value and type(value[0]).__name__ == "Encoding" else
+             "other threads (source pass, hashing)") if isinstance(value, list) else "the writer")
         spent[f"waiting for {kind}"] += time.perf_counter() - started
         return value
 
