@@ -570,6 +570,8 @@ def run_pfloor(job: dict) -> dict:
     import tempfile
 
     items = conversations_in_order(job["corpus"], job["seed"], job["conversations"], with_tools=job.get("expand", False))
+    turns = sum(1 for messages, _ in items for m in messages if m["role"] == "assistant") if job.get("expand") else \
+        sum(1 for messages in items for m in messages if m["role"] == "assistant")
     if job.get("expand"):
         items = [sample for messages, tools in items for sample in samples_of(messages, tools)]
     else:
@@ -600,7 +602,7 @@ def run_pfloor(job: dict) -> dict:
         results = [json.loads(Path(f"{part}.json").read_text()) for part in parts]
     seconds = max(r["ended"] for r in results) - min(r["started"] for r in results)
     each = [r["ended"] - r["started"] for r in results]
-    return {"conversations": job["conversations"], "samples": sum(r["items"] for r in results),
+    return {"conversations": job["conversations"], "assistant_turns": turns, "samples": sum(r["items"] for r in results),
             "tokens": sum(r["tokens"] for r in results), "seconds": seconds, "processes": processes,
             "part_seconds": [round(min(each), 3), round(max(each), 3)],
             "starts_spread": round(max(r["started"] for r in results) - min(r["started"] for r in results), 4),
