@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import BuildError
+from ..errors import BuildError, quoted
 from ..utils import json_depth
 
 GENERATION_CONFIG = "generation_config.json"
@@ -42,7 +42,7 @@ def generation_stops(directory: Path, tokenizer) -> tuple[str, ...]:
     if ids is None:
         return ()
     if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
-        raise BuildError(f"{path}: eos_token_id = {ids!r}: expected a token id or a list of them")
+        raise BuildError(f"{path}: eos_token_id = {quoted(ids)}: expected a token id or a list of them")
     vocabulary = len(tokenizer)
     for token_id in ids:
         if not 0 <= token_id < vocabulary:

@@ -27,6 +27,7 @@ from typing import Iterable
 import numpy as np
 import pyarrow as pa
 
+from ..errors import quoted
 from ..records.problems import DUPLICATE, BadConversation, Problem, bad_conversation
 
 DEDUP_POLICIES = ("none", "exact")
@@ -71,7 +72,7 @@ def find_duplicates(keys: dict[int, tuple[bytes, str]], files: list) -> dict[int
         kept_index, kept_id = first[key]
         kept = bad_conversation(files, kept_index, kept_id, Problem(DUPLICATE, ""))
         found[index] = bad_conversation(files, index, conversation_id, Problem(
-            DUPLICATE, f"the same messages and tools as {kept.source}: {kept.file}: row {kept.row} (id {kept_id!r}), "
+            DUPLICATE, f"the same messages and tools as {kept.source}: {kept.file}: row {kept.row} (id {quoted(kept_id)}), "
                        "kept (dedup: exact)"))
     return found
 

@@ -47,7 +47,7 @@ def _type(value: Any) -> str:
 def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict:
     keys = [key for key, _ in pairs]
     if len(set(keys)) < len(keys):
-        raise ValueError(f"duplicate key {next(k for k in keys if keys.count(k) > 1)!r}")
+        raise ValueError(f"duplicate key {quoted(next(k for k in keys if keys.count(k) > 1))}")
     return dict(pairs)
 
 
@@ -131,11 +131,11 @@ def field_problem(key: str, value: Any, role: str | None) -> str | None:
         if not isinstance(value, bool):
             return f"train is {_type(value)}, not true or false"
         return None if role == "assistant" or value is False else (
-            f"train: true on a {role!r} message (only an assistant turn, which the model writes, can train)")
+            f"train: true on a {quoted(role)} message (only an assistant turn, which the model writes, can train)")
     if key != "tool_calls":
         return None if isinstance(value, str) else f"{key} is {_type(value)}, not a string"
     if role != "assistant":
-        return f"tool_calls on a {role!r} message (only an assistant message calls tools)"
+        return f"tool_calls on a {quoted(role)} message (only an assistant message calls tools)"
     if not isinstance(value, list):
         return f"tool_calls is {_type(value)}, not a list"
     for number, call in enumerate(value):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from ..errors import quoted
 from .record import call_function, parse_json
 
 # name: (the values it takes, the default first)
@@ -48,8 +49,8 @@ def declared_names(tools: list) -> set[str]:
 
 
 def _call_name(call: dict) -> str:
-    named = f"function {call_function(call)[0]['name']!r}"
-    return f"id {call['id']!r}, {named}" if isinstance(call.get("id"), str) else named
+    named = f"function {quoted(call_function(call)[0]['name'])}"
+    return f"id {quoted(call['id'])}, {named}" if isinstance(call.get("id"), str) else named
 
 
 def tool_call_findings(messages: list[tuple[int, dict]], tools: list | None,

@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ...errors import quoted
 from ...records.problems import FileRows
 from ..json_rows import decoded, has_json, json_array
 from ..record import EXTRA_FIELDS, MESSAGE, SOURCE_SCHEMA, fields_text, json_type_problem, tools_text
@@ -115,7 +116,7 @@ class Adapter:
         unknown = [name for name in self.unread_columns(schema) if name not in self.ignore]
         if unknown:
             known = set(self.message_columns) | {"id", "source", self.tools} | self.ignore
-            return (f"column {unknown[0]!r} is not one this format reads (it reads {', '.join(sorted(known))}); "
+            return (f"column {quoted(unknown[0])} is not one this format reads (it reads {', '.join(sorted(known))}); "
                     "list it in the source's ignore_fields to build without it")
         return None
 
@@ -191,7 +192,7 @@ class Adapter:
                 continue
             for item in np.flatnonzero(pc.struct_field(flat, name).is_valid().to_numpy(zero_copy_only=False)):
                 problems.setdefault(row_of(offsets, item), f"message {item - offsets[row_of(offsets, item)]}: "
-                                    f"unknown field {name!r} (the record carries {', '.join(dict.fromkeys((role, content, *carried)))}; "
+                                    f"unknown field {quoted(name)} (the record carries {', '.join(dict.fromkeys((role, content, *carried)))}; "
                                     "list it in the source's ignore_fields to build without it)")
         dropped: Counter = Counter()
         fields = self.message_fields(flat, roles, offsets, carried, problems, dropped)

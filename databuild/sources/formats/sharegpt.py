@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ...errors import quoted
 from ..record import not_json, parse_json, tool_call_problem
 from .adapter import Flat, INVALID_UTF8, is_string, python_values, row_of
 from .messages import MessageColumn
@@ -45,7 +46,7 @@ def function_call(value) -> tuple[list | None, str | None]:
         extra = sorted(set(call) - set(CALL_KEYS)) if isinstance(call, dict) else []
         if not isinstance(call, dict) or extra:
             return None, ("function_call value is not a call {name, arguments} or a list of them"
-                          + (f" (unknown key {extra[0]!r})" if extra else ""))
+                          + (f" (unknown key {quoted(extra[0])})" if extra else ""))
         calls.append({"type": "function", "function": call})
         problem = tool_call_problem(calls[-1])
         if problem is not None:
@@ -78,7 +79,7 @@ class ShareGPT(MessageColumn):
         roles = ROLES.take(pc.index_in(values, value_set=FROM_VALUES))
         for item in np.flatnonzero(roles.is_null().to_numpy(zero_copy_only=False)):
             row = row_of(offsets, item)
-            problems.setdefault(row, f"message {item - offsets[row]}: unknown 'from' value {values[item].as_py()!r} "
+            problems.setdefault(row, f"message {item - offsets[row]}: unknown 'from' value {quoted(values[item].as_py())} "
                                      f"(sharegpt knows {', '.join(ROLE_OF)})")
         return pc.coalesce(roles, values)
 
