@@ -1,17 +1,25 @@
-"""Shared fixtures: the repository's tiny config and fixture files, and one tiny build per session."""
+"""Shared fixtures and helpers: the repository's tiny config and fixture files, one tiny build per session,
+`databuild verify` through click's runner, a mask's supervised runs decoded. Helper modules (references
+re-implemented without databuild, a stand-in hub, trainers' readers and configuration checks) live in
+tests/support/, importable by name."""
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
+import numpy as np
 import pytest
+from click.testing import CliRunner
 
 os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 
 REPO = Path(__file__).resolve().parent.parent
+SUPPORT = REPO / "tests" / "support"
+sys.path.insert(0, str(SUPPORT))  # the helper modules, imported by name
 FIXTURES = REPO / "tests" / "fixtures"
 TOKENIZER_DIR = FIXTURES / "muse-tiny-tokenizer"
 SOURCE_DIR = FIXTURES / "tulu-tiny"
@@ -128,3 +136,19 @@ def sixteen_cores(monkeypatch):
     runs 16, as on a 16-core node. Without it the default is what the machine gives (1 process on 2
     cores), which tests that patch the encoder in this process rely on."""
     monkeypatch.setenv("DATABUILD_CORES", "16")
+
+
+def verify_cli(*args):
+    """`databuild verify ARGS` as the command runs it: its result, never a traceback."""
+    from databuild.cli import main
+
+    result = CliRunner().invoke(main, ["verify", *map(str, args)])
+    assert "Traceback" not in result.output, result.output
+    return result
+
+
+def supervised_runs(tokenizer, ids, mask) -> list[str]:
+    """The decoded text of each maximal run of supervised tokens."""
+    edges = np.flatnonzero(np.diff(np.concatenate([[0], mask, [0]])))
+    return [tokenizer.decode(ids[a:b].tolist(), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+            for a, b in zip(edges[::2], edges[1::2])]

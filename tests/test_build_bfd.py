@@ -1,5 +1,5 @@
 """`packing: bfd` end to end on the fixtures: the production verifier, the issue's invariants, the
-rows of an independent rebuild (transformers' tokenization + tests/bfd_reference.py), determinism
+rows of an independent rebuild (transformers' tokenization + tests/support/bfd_reference.py), determinism
 across workers, batch sizes and source windows, overlong conversations, the recipe block."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """databuild export: each format read by a transcription of its trainer's own reading code
-(tests/trainer_readers.py) must train exactly the native targets, minus those the manifest counts
+(tests/support/trainer_readers.py) must train exactly the native targets, minus those the manifest counts
 as unrepresentable; on the tiny build, on the Phi-3 path, and on a hand-made padded row file."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 import trainer_readers as readers
-from conftest import REPO, TINY, write_config
+from conftest import REPO, TINY, write_config, verify_cli
 from databuild.cli import main
 from databuild.export import make_format
 from databuild.export.stream import write_export
@@ -213,7 +213,7 @@ def test_the_miles_rollout_runs_without_databuilds_dependencies(exports):
     """The rollout runs inside the trainer's environment: importing it pulls in the package's
     __init__, which must need nothing there but the standard library (numpy and pyarrow allowed)."""
     path = exports["miles"].path
-    ran = subprocess.run([sys.executable, "-c", TRAINER_PROCESS, str(path), str(REPO / "tests")],
+    ran = subprocess.run([sys.executable, "-c", TRAINER_PROCESS, str(path), str(REPO / "tests" / "support")],
                          capture_output=True, text=True)
     assert ran.returncode == 0, ran.stderr
     result = json.loads(ran.stdout)
@@ -242,12 +242,6 @@ def test_same_input_same_bytes(tiny_build, exports, tmp_path):
         again = databuild.export(tiny_build.parquet, fmt, tmp_path / fmt / "tiny.parquet")
         assert again.path.read_bytes() == exports[fmt].path.read_bytes()
         assert again.manifest.read_bytes() == exports[fmt].manifest.read_bytes()
-
-
-def verify_cli(*args):
-    result = CliRunner().invoke(main, ["verify", *map(str, args)])
-    assert "Traceback" not in result.output
-    return result
 
 
 @pytest.fixture

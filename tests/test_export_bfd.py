@@ -1,5 +1,5 @@
 """Each trainer export of a `packing: bfd` build (rows ending in a padding segment, conversation id
-""): read by the transcription of its trainer's reading code (tests/trainer_readers.py), it trains
+""): read by the transcription of its trainer's reading code (tests/support/trainer_readers.py), it trains
 exactly the native targets, and the padding is dropped or kept as that trainer expects."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Pinned hub inputs, downloaded: the CLI runs huggingface_hub's real download path over HTTP
-against a local stand-in for the hub (tests/hub_server.py), with the cache in a temporary folder.
+against a local stand-in for the hub (tests/support/hub_server.py), with the cache in a temporary folder.
 test_hub.py covers a cache laid out on disk; this covers how the bytes get there."""
 
 from __future__ import annotations

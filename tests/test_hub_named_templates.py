@@ -1,5 +1,5 @@
 """A tokenizer repo's named chat templates (additional_chat_templates/NAME.jinja, the hub's layout)
-are fetched with its other files, over HTTP from the local stand-in for the hub (tests/hub_server.py)."""
+are fetched with its other files, over HTTP from the local stand-in for the hub (tests/support/hub_server.py)."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ import re
 import numpy as np
 import pytest
 
-from conftest import PHI3, TEMPLATES, messages, needs_phi3
+from conftest import PHI3, TEMPLATES, messages, needs_phi3, supervised_runs
 from databuild.encode.encoder import Encoder
 from databuild.errors import BuildError
 from databuild.encode.render import Renderer
@@ -59,13 +59,6 @@ def agrees_or_refuses(tokenizer, msgs, name, tools=None, tagged=False) -> str:
                                   {tokenizer.eos_token, *END_OF_TURN[name]})
     assert [(p.input_ids.tolist(), p.loss_mask.tolist()) for p in parts] == expected, (msgs, name)
     return "equal"
-
-
-def supervised_runs(tokenizer, ids, mask) -> list[str]:
-    """The decoded text of each maximal run of supervised tokens."""
-    edges = np.flatnonzero(np.diff(np.concatenate([[0], mask, [0]])))
-    return [tokenizer.decode(ids[a:b].tolist(), skip_special_tokens=False, clean_up_tokenization_spaces=False)
-            for a, b in zip(edges[::2], edges[1::2])]
 
 
 def expected_runs(msgs, closings=("<|end|>", "<|return|>")) -> list[str]:

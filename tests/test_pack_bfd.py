@@ -1,5 +1,5 @@
 """The `bfd` packing policy on hand-made token streams: written-out rows, the invariants the issue
-asks for, and agreement with tests/bfd_reference.py (the README's rule, re-implemented without databuild)."""
+asks for, and agreement with tests/support/bfd_reference.py (the README's rule, re-implemented without databuild)."""
 
 from __future__ import annotations
 

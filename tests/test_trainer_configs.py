@@ -1,7 +1,7 @@
 """The trainer configuration each export writes beside itself, put through a transcription of that
-trainer's own configuration checks and argument parser (tests/trainer_configs.py): it passes, it
+trainer's own configuration checks and argument parser (tests/support/trainer_configs.py): it passes, it
 names the export's own files and sizes, nothing in it is skipped or unknown, and the rows read with
-exactly those settings train the native targets (tests/trainer_readers.py). Dropping any one of the
+exactly those settings train the native targets (tests/support/trainer_readers.py). Dropping any one of the
 settings makes the trainer refuse, write where it should not, or read the rows otherwise."""
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from conftest import TINY, REPO
+from conftest import TINY, REPO, verify_cli
 from databuild.cli import main
 from databuild.rowfile.hashes import hash_parquet
 from databuild.rowfile.write import WRITER_OPTIONS
@@ -49,12 +49,6 @@ def copy(tiny_build, tmp_path):
     shutil.copyfile(tiny_build.parquet, parquet)
     shutil.copyfile(tiny_build.manifest, tmp_path / f"{TINY}.manifest.json")
     return parquet, tmp_path / f"{TINY}.manifest.json"
-
-
-def verify_cli(*args):
-    result = CliRunner().invoke(main, ["verify", *map(str, args)])
-    assert "Traceback" not in result.output
-    return result
 
 
 def rewrite(parquet: Path, change) -> None:

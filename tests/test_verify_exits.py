@@ -8,10 +8,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from conftest import TINY
-from databuild.cli import main
+from conftest import TINY, verify_cli
 
 EXPORTS = ("hf", "megatron-bridge", "miles")
 WRONG = "f" * 64
@@ -36,12 +34,6 @@ def copied(exported, tmp_path):
     """A private copy of `exported`, for tests that damage a file."""
     shutil.copytree(exported["native"].parent, tmp_path / "x")
     return {kind: tmp_path / "x" / path.relative_to(exported["native"].parent) for kind, path in exported.items()}
-
-
-def verify_cli(*args):
-    result = CliRunner().invoke(main, ["verify", *map(str, args)])
-    assert "Traceback" not in result.output, result.output
-    return result
 
 
 def recipe(tmp_path: Path, output: dict, **changed) -> Path:

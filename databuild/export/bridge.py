@@ -11,7 +11,7 @@ segment's first token has no position to be labelled from: counted as `target_at
 Padding segments are dropped (the row ends where its padding began): Bridge pads at collate time.
 Beside the rows go the packing metadata Bridge reads when `pad_cu_seqlens` is on (`OUT.metadata.jsonl`,
 named after the export: one JSON array with one entry of the fields create_packing_strategy writes)
-and the configuration that reads them, checked in tests/trainer_configs.py against Bridge's own
+and the configuration that reads them, checked in tests/support/trainer_configs.py against Bridge's own
 validation (NVIDIA-NeMo/Megatron-Bridge@067f987d): `OUT.bridge.yaml`, overrides merged into a
 finetuning recipe's ConfigContainer (an example finetune script's `--config-file`, or
 `process_config_with_overrides`), and `OUT.bridge.py`, the same settings as Python constructor calls.

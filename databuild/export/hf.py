@@ -10,7 +10,7 @@ TRL trains, never a segment's first token from the previous conversation's last:
 there is lost, counted as `target_at_segment_start`. Padding segments are dropped (padding-free
 needs none): a padded row ends where its padding began and its seq_lengths add up to its length.
 
-Beside the rows go TRL's configuration (huggingface/trl@f2cd5771, checked in tests/trainer_configs.py):
+Beside the rows go TRL's configuration (huggingface/trl@f2cd5771, checked in tests/support/trainer_configs.py):
 `OUT.trl.yaml`, the SFTConfig arguments, and `OUT.trl.py`, a minimal train script with them. They
 set `padding_free=True` (the collator flattens a batch and restarts positions from seq_lengths;
 without it the collator builds one attention mask per row and ignores seq_lengths, so conversations

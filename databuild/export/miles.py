@@ -13,7 +13,7 @@ segment).
 
 Beside the rows goes `OUT.miles.sh`, a bash array of the flags that read them, valid for both
 parsers (radixark/miles miles/utils/arguments.py, THUDM/slime slime/utils/arguments.py; checked in
-tests/trainer_configs.py). One Sample per row makes each row one THD sequence: the conversations
+tests/support/trainer_configs.py). One Sample per row makes each row one THD sequence: the conversations
 packed in a row attend to each other, as the recipe's concatenated rows are trained.
 """
 

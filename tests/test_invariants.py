@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from conftest import record_count
+from conftest import record_count, supervised_runs
 from databuild.encode.encoder import Encoder
 from databuild.records.conversation import TokenizedConversation, Conversation
 from databuild.encode.render import Renderer
@@ -108,12 +108,6 @@ SPECIAL_TEXT = ["<|end|>", "<|return|>", "<|start|>", "<|message|>", "<|channel|
 content = st.one_of(st.text(max_size=40), st.lists(st.sampled_from(SPECIAL_TEXT), max_size=6).map("".join))
 messages = st.lists(st.tuples(st.sampled_from(["system", "developer", "user", "assistant"]), content),
                     min_size=1, max_size=5)
-
-
-def supervised_runs(tokenizer, ids, mask) -> list[str]:
-    edges = np.flatnonzero(np.diff(np.concatenate([[0], mask, [0]])))
-    return [tokenizer.decode(ids[a:b].tolist(), skip_special_tokens=False, clean_up_tokenization_spaces=False)
-            for a, b in zip(edges[::2], edges[1::2])]
 
 
 @settings(FIXED, max_examples=120)

@@ -1,5 +1,5 @@
 """The trainers' own configuration checks, transcribed in our words (no trainer is installed here),
-beside their reading code (tests/trainer_readers.py): what each does with the configuration an
+beside their reading code (tests/support/trainer_readers.py): what each does with the configuration an
 export writes, before it reads a row. Each function cites the file and lines it transcribes, at the
 commits below; a new trainer commit is a one-line change here plus whatever its diff requires.
 
@@ -420,7 +420,7 @@ def miles_loader(path: Path, args: argparse.Namespace) -> readers.SlimeDataSourc
     template, processor or tools column (prompt = the input key as it is, a str; metadata = the
     metadata key or {}), then rollout/data_source.py RolloutDataSource.get_samples L91-119 (the next
     n prompts, each a group of n_samples_per_prompt deep copies with group_index and index): the
-    same reading as slime's, which tests/trainer_readers.py transcribes; the rollout function is
+    same reading as slime's, which tests/support/trainer_readers.py transcribes; the rollout function is
     called through inference_rollout/compatibility.py LegacyRolloutFnAdapter L17-30 as
     fn(args, rollout_id, data_source, evaluation=...), its list wrapped in a RolloutFnTrainOutput
     (base_types.py L52-56)."""

@@ -1,6 +1,6 @@
 """Property check (issues 11, 18): over many generated conversations and four template families, the
 `assistant` rows of the untagged template either equal the inference rule recomputed from transformers'
-renders (tests/inference_reference.py), or the conversation is refused with a reason (mask_error,
+renders (tests/support/inference_reference.py), or the conversation is refused with a reason (mask_error,
 stop_token_in_field). Never a third outcome. On tagged templates the mask always equals transformers'
 generation mask, unless an assistant content spells a stop token (refused under every strategy, issue 29).
 The counts print with `pytest -s`."""
