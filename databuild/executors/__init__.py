@@ -1,6 +1,8 @@
-"""Who runs the pure encode step (`Encoder.encode_batch`): this machine's processes (local.py) or Ray
-actors (ray.py). Each yields the tokenized conversations in stream order with a bounded number of
-batches in flight, so the choice changes the speed, never the rows."""
+"""Who runs the pure encode step (`Encoder.encode_batch`): this machine's processes (`local`, its
+worker processes' lifecycle in `workers`) or Ray actors (`ray`), with the stream helpers they share
+(`stream`) and the share of the cores between processes and tokenizer threads (`cores`). Each yields
+the tokenized conversations in stream order with a bounded number of batches in flight, so the choice
+changes the speed, never the rows."""
 
 from __future__ import annotations
 

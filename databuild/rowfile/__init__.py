@@ -1,1 +1,3 @@
-"""The native row file: its schema and hashes, its writer."""
+"""The native row file, one owner: its schema and checks (`schema`), the one way to read it back
+(`read`: the row-group iterator, RowBlock, StoredRow), its hashes (`hashes`) and per-row digests
+(`row_digests`), its writer (`write`). compare, views, export and verify read through it."""

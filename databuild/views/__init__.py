@@ -1,1 +1,2 @@
-"""Looking at rows: `show` in the terminal, `report` as one HTML page."""
+"""Looking at rows, read back through rowfile/: `show` in the terminal, `report` as one HTML page
+(`charts`), `diff`'s text; `marks` finds the tool calls, results and reasoning a row's markup shows."""
