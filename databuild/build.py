@@ -1,5 +1,11 @@
 """`databuild make`: the stages wired together, then the results published atomically.
 
+The recipe, in order: pin (`pin`: inputs resolved and hashed, tokenizer and template loaded), prepare
+(`prepare`: the sources read, checked and spilled in permutation order), stream and encode (the
+executor, over the spill's batches), keep (`buildable`: on_bad_conversation applied), pack, take (the
+config's rows), write (`write_rows`, hashed as written), publish (`publish`, the manifest last, from
+`manifest_of`: the counts this build saw). When the stream runs out first, shortfall.py says why.
+
 First the inputs are resolved and hashed and the tokenizer loaded; when the build already in the
 output directory is up to date for them (databuild/current.py), make returns without taking any lock
 or writing anything. Otherwise it takes the output's lock (publish/lock.py), looks again (another
@@ -14,7 +20,6 @@ from __future__ import annotations
 
 import tempfile
 import time
-from collections import Counter
 from contextlib import closing
 from dataclasses import dataclass, replace
 from itertools import islice
@@ -28,7 +33,6 @@ from .encode.encoder import Encoder
 from .encode.ends import generation_stops
 from .executors import Encoding, encoding_on
 from .executors.stream import batches
-from .errors import BuildError
 from .rowfile.hashes import RowsHasher, SegmentsHasher
 from .inputs.pins import check_unchanged, hashing_in_background
 from .inputs.resolve import ResolvedInputs, resolve_inputs
@@ -44,12 +48,13 @@ from .sources.dedup import find_duplicates
 from .sources.holdout import held_out_conversations, held_out_rows
 from .sources.mixture import placement
 from .encode.render import Renderer, load_tokenizer
-from .records.problems import (DUPLICATE, NO_TRAINED_TURN, OVERLONG, SKIPPED_KINDS, BadConversation, Problem,
-                               bad_conversation, buildable, marked, on_bad_conversation, refusal, template_wide)
+from .records.problems import (OVERLONG, BadConversation, Problem, bad_conversation, buildable, marked,
+                               on_bad_conversation, refusal)
 from .records.conversation import Conversation
 from .sources.spill import Spill, SpilledBatch, expected_prefix
 from .sources.spill_folder import remove_stale_spill_folders, spill_folder
 from .utils.files import file_sha256
+from .shortfall import ran_out
 from .rowfile.write import WRITER_OPTIONS, partial_path, partials, publish, rows_per_group, write_rows
 
 DEFAULT_BATCH = 256
@@ -255,40 +260,6 @@ def make(config: BuildConfig, out_dir: Path, *, force: bool = False, offline: bo
             with prepare(config, offline, window, spill_prefix, pinned, exclude) as prepared:
                 result = _make(prepared, final, encode, batch_size, progress, started, validation)
     return replace(result, built=reason, waited=waited, encoding=encode.summary)
-
-
-def ran_out(written: int, rows: int | None, stats: PackStats, skipped: list[BadConversation]) -> BuildError:
-    """The stream ended before `rows` rows (None, `rows: all`: before its first row): where its
-    conversations went, by what happened to them, and the change that addresses the largest loss."""
-    dropped = stats.overlong["dropped"]
-    packed = stats.conversations_read - dropped
-    kinds = Counter(bad.kind for bad in skipped)
-    fates = [f"{packed} packed"] + [f"{n} {what}" for n, what in (
-        (stats.overlong["truncated"], "of those cut to a row (overlong: truncate)"),
-        (dropped, "dropped as longer than a row (overlong: drop)"),
-        (stats.empty_renders, "rendered to no token")) if n]
-    fates += [f"{kinds[kind]} skipped as {kind}" for kind in SKIPPED_KINDS if kinds[kind]]
-    fates += [f"{kinds[DUPLICATE]} dropped as duplicates (dedup: exact)"] if kinds[DUPLICATE] else []
-    fates += [f"{kinds[NO_TRAINED_TURN]} dropped with no turn to train (train_turns)"] if kinds[
-        NO_TRAINED_TURN] else []
-    total = stats.conversations_read + stats.empty_renders + len(skipped)
-    wide = template_wide(skipped, written)
-    if wide:
-        fix = wide.removeprefix("; ")
-    elif len(skipped) > max(packed, dropped):
-        first = skipped[0]
-        fix = f"most were skipped; the first, {first.message()}" + (f"; {first.problem.fix}" if first.problem.fix else "")
-    elif dropped > packed:
-        fix = "most were longer than a row: raise row_tokens, or set overlong: truncate to keep their first row"
-    else:
-        fix = ("give it more source (a larger take, another source)" if rows is None else
-               "ask for fewer rows (rows in the config; rows: all keeps every row the sources give), or give it "
-               "more source (a larger take, another source)")
-    asked = "rows: all, and no row could be built" if rows is None else \
-        f"{written} rows kept of the {rows} the config asks for"
-    return BuildError(f"the source ran out: {asked}; of its {total} "
-                      f"conversations, {', '.join(fates)}; {stats.rows_skipped_unsupervised} rows skipped without "
-                      f"targets; {fix}")
 
 
 def _current(final: Path, started: float) -> BuildResult:

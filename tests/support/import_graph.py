@@ -31,6 +31,7 @@ STAGES: tuple[tuple[str, ...], ...] = (
     ("databuild.publish",),
     ("databuild.verify",),
     ("databuild.current",),
+    ("databuild.shortfall",),
     ("databuild.build",),
     ("databuild.compare", "databuild.views", "databuild.export", "databuild.integrations"),
     ("databuild.scaffold",),
