@@ -111,6 +111,13 @@ EXACT = [
         {"role": "assistant", "content": "Done."}],
      "tools": [CLOCK, WEATHER]},
     {"id": "e-1", "messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]},
+    {"id": "e-2", "messages": [  # message fields in another order than e-0's, each message its own
+        {"role": "user", "content": "z"},
+        {"tool_calls": [{"function": {"name": "get_time", "arguments": {"zone": "UTC"}}, "type": "function",
+                         "id": "c"}], "role": "assistant", "reasoning_content": "Time.", "content": None},
+        {"name": "get_time", "content": "9:00", "role": "tool", "tool_call_id": "c"},
+        {"content": "Nine.", "reasoning_content": "Said.", "role": "assistant"}],
+     "tools": [CLOCK]},
 ]
 
 
@@ -177,6 +184,12 @@ def assert_exact(records, rows: list[dict], tools_from_datasets: bool = False):
     if not tools_from_datasets:  # datasets' own tools column is a struct (the other tools' keys: issue 29's policy)
         assert json.dumps(first.tools) == json.dumps([CLOCK, WEATHER])
     assert records[1].messages == ({"content": "x", "role": "user"}, {"content": "y", "role": "assistant"})
+    # every message: content and role first (the record's), then its own fields in its own order, nothing added
+    for record, row in zip(records, rows):
+        for got, written in zip(record.messages, row["messages"]):
+            assert list(got) == ["content", "role"] + [k for k in written if k not in ("content", "role")
+                                                       and written[k] is not None], (record.id, got)
+    assert json.dumps(records[2].messages[1]["tool_calls"]) == json.dumps(rows[2]["messages"][1]["tool_calls"])
 
 
 BAD_LINES = [
@@ -303,3 +316,74 @@ def test_init_detects_json_and_datasets_sources_and_its_config_builds(tmp_path, 
         hashes[name] = manifest["output"]["rows_sha256"]
         assert manifest["output"]["rows"] == 2
     assert len(set(hashes.values())) == 1, hashes
+
+
+def arrow_values(value, kind: pa.DataType):
+    """A Python value in the layout of Arrow type `kind`, each Json place holding the value's JSON text."""
+    if value is None:
+        return None
+    if isinstance(kind, pa.JsonType):
+        return json.dumps(value)
+    if pa.types.is_list(kind):
+        return [arrow_values(v, kind.value_type) for v in value]
+    if pa.types.is_struct(kind):
+        return {f.name: arrow_values(value.get(f.name), f.type) for f in kind}
+    return value
+
+
+CALL = pa.struct([("id", pa.string()), ("type", pa.string()),
+                  ("function", pa.struct([("name", pa.string()), ("arguments", pa.json_())]))])
+MESSAGE_FIELDS = [("role", pa.string()), ("content", pa.string()), ("reasoning_content", pa.string()),
+                  ("tool_call_id", pa.string()), ("name", pa.string())]
+
+
+@pytest.mark.parametrize("where, messages", [
+    ("the whole message list", pa.json_()),
+    ("each tool call", pa.list_(pa.struct(MESSAGE_FIELDS + [("tool_calls", pa.list_(pa.json_()))]))),
+    ("each call's arguments", pa.list_(pa.struct(MESSAGE_FIELDS + [("tool_calls", pa.list_(CALL))]))),
+])
+def test_json_wherever_it_stands_is_read_as_the_values_it_holds(tmp_path, tools_tokenizer, where, messages):
+    """Json (Arrow's `extension<arrow.json>`, as `datasets` writes it) as the messages, a message's
+    tool calls, or a call's arguments, with the tools as Json: the rows of the same conversations in
+    JSON Lines."""
+    rows = rows_of(False)
+    schema = pa.schema([("id", pa.string()), ("messages", messages), ("tools", pa.json_())])
+    columns = {f.name: pa.array([arrow_values(r.get(f.name), f.type) for r in rows], _storage(f.type))
+               for f in schema}
+    table = pa.table({name: _as_json(column, schema.field(name).type) for name, column in columns.items()})
+    assert table.schema == schema
+    root = tmp_path / "parquet"
+    (root / "data").mkdir(parents=True)
+    pq.write_table(table, root / "data" / "train-00000-of-00001.parquet")
+    lines = write_jsonl(tmp_path / "jsonl" / "data" / "train.jsonl", rows).parents[1]
+    hashes = [built(tmp_path / name, tools_tokenizer, folder, 4)[1].data["output"]["rows_sha256"]
+              for name, folder in (("from-parquet", root), ("from-jsonl", lines))]
+    assert hashes[0] == hashes[1], where
+    # the values themselves (a template that writes a string as it is and an object by tojson shows no
+    # difference between an object and its JSON text): the records hold what the JSON Lines hold
+    records = read_records(tmp_path / "records", tools_tokenizer, root)[1]
+    assert [(list(r.messages), r.tools) for r in records] == [
+        ([{"content": m.get("content"), **m} for m in r["messages"]], r.get("tools")) for r in rows]
+
+
+def _storage(kind: pa.DataType) -> pa.DataType:
+    """`kind` with every Json replaced by its storage (string)."""
+    if isinstance(kind, pa.JsonType):
+        return pa.string()
+    if pa.types.is_list(kind):
+        return pa.list_(_storage(kind.value_type))
+    if pa.types.is_struct(kind):
+        return pa.struct([(f.name, _storage(f.type)) for f in kind])
+    return kind
+
+
+def _as_json(array: pa.Array, kind: pa.DataType) -> pa.Array:
+    """`array` (of _storage(kind)) as type `kind`: its string leaves wrapped as Json where `kind` has Json."""
+    if isinstance(kind, pa.JsonType):
+        return pa.ExtensionArray.from_storage(kind, array)
+    if pa.types.is_list(kind):
+        return pa.ListArray.from_arrays(array.offsets, _as_json(array.values, kind.value_type), mask=array.is_null())
+    if pa.types.is_struct(kind):
+        return pa.StructArray.from_arrays([_as_json(array.field(f.name), f.type) for f in kind],
+                                          fields=list(kind), mask=array.is_null())
+    return array

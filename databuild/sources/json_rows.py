@@ -51,7 +51,7 @@ def _messages(lists: list, strings: dict[str, bool], problems: dict[int, str]) -
     """A message column: list<struct<the format's role and content (`strings`), then each key in the
     order keys first appear>>; a field `strings` marks True always strings, refusing the row where
     one is not."""
-    if _all(lists, str):  # a string in place of messages (prompt_completion's one-turn form)
+    if _all(lists, str) and any(v is not None for v in lists):  # prompt_completion's one-turn form
         return pa.array(lists, pa.string())
     lists = [_message_list(row, value, problems) for row, value in enumerate(lists)]
     keys: dict[str, None] = dict.fromkeys(strings)
@@ -72,8 +72,24 @@ def _messages(lists: list, strings: dict[str, bool], problems: dict[int, str]) -
                     problems.setdefault(row, f"message {item - offsets[row]}: {key} is {_type(value)}, not a string")
                     values[item] = None
         children.append(pa.array(values, pa.string()) if _all(values, str) else json_array(values))
-    items = pa.StructArray.from_arrays(children, names=list(keys))
+    names = list(keys)
+    orders = [_own_order(m, keys, strings) for m in flat]
+    if any(order is not None for order in orders):
+        children.append(pa.array(orders, pa.list_(pa.string())))
+        names.append(KEY_ORDER)
+    items = pa.StructArray.from_arrays(children, names=names)
     return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), items, mask=pa.array([v is None for v in lists]))
+
+
+# A message's keys beside role and content in its own order, where that is not the struct's (the
+# order keys first appear in the batch): the adapter gives the record the message's order (its fields'
+# JSON text keeps it). Only in batches built here, never in a file.
+KEY_ORDER = "\x00key order"
+
+
+def _own_order(message: dict, keys: dict[str, None], strings: dict[str, bool]) -> list[str] | None:
+    own = [key for key in message if key not in strings]
+    return None if own == [key for key in keys if key in message and key not in strings] else own
 
 
 def _message_list(row: int, value: Any, problems: dict[int, str]) -> list | None:

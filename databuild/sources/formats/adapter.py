@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 
 from ...errors import quoted
 from ...records.problems import FileRows
-from ..json_rows import decoded, has_json, json_array
+from ..json_rows import KEY_ORDER, decoded, has_json, json_array
 from ..record import EXTRA_FIELDS, MESSAGE, SOURCE_SCHEMA, fields_text, json_type_problem, tools_text
 from ..tool_checks import DataRules
 from .structs import call_structs, json_struct, struct_refusal, without_nulls
@@ -188,7 +188,7 @@ class Adapter:
             carried = {content: "content", **carried}
             contents = pa.nulls(len(flat), pa.string())
         for name in names:
-            if name in (role, content) or name in carried or name in self.ignore:
+            if name in (role, content, KEY_ORDER) or name in carried or name in self.ignore:
                 continue
             for item in np.flatnonzero(pc.struct_field(flat, name).is_valid().to_numpy(zero_copy_only=False)):
                 problems.setdefault(row_of(offsets, item), f"message {item - offsets[row_of(offsets, item)]}: "
@@ -217,10 +217,14 @@ class Adapter:
             return pa.nulls(len(flat), pa.string())
         taken = pa.array(items)
         values = {record: python_values(child.take(taken)) for record, child in children.items()}
+        orders = (pc.struct_field(flat, KEY_ORDER).take(taken).to_pylist()
+                  if KEY_ORDER in [child.name for child in flat.type] else [None] * len(items))
         structured = {record: child.type for record, child in children.items() if json_struct(child.type, "")}
         texts: list[str | None] = [None] * len(flat)
         for k, (item, role) in enumerate(zip(items.tolist(), python_values(roles.take(taken)))):
             message = {record: column[k] for record, column in values.items()}
+            if orders[k] is not None:  # a JSON message's own key order (sources/json_rows.py)
+                message = {**{carried[key]: message[carried[key]] for key in orders[k] if key in carried}, **message}
             for record, kind in structured.items():
                 if message[record] is not None and message[record] is not INVALID_UTF8:
                     message[record], count = without_nulls(message[record], kind)
