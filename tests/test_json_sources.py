@@ -130,7 +130,8 @@ def test_every_value_is_read_as_written(tmp_path, tools_tokenizer):
     assert "\\u00e9" in line and "1180591620717411303424" in line and '"n": 1.0' in line
     root = tmp_path / "src"
     (root / "data").mkdir(parents=True)
-    (root / "data" / "train.jsonl").write_text(line + "\n" + json.dumps(EXACT[1], ensure_ascii=False))
+    (root / "data" / "train.jsonl").write_text("\n".join([line] + [json.dumps(r, ensure_ascii=False)
+                                                                      for r in EXACT[1:]]))
     _, records = read_records(tmp_path / "jsonl", tools_tokenizer, root)
     assert_exact(records, EXACT)
     array = tmp_path / "array"
