@@ -303,3 +303,21 @@ def corpus_dir(cache: Path, conversations: int, seed: int, format: str = "messag
                          ).hexdigest()[:12]
     name = f"corpus-{conversations}-s{seed}{'-p' if per_shard else ''}-{key}"
     return cache / name / ("" if format == "messages" else format)
+
+
+def write_jsonl_copy(corpus: Path, root: Path, compression: str | None = None) -> Path:
+    """The corpus' parquet shards as JSON Lines under root/data (the same rows, one per line, keys in
+    the parquet's column order; each shard to a file of the same stem), `compression` "gzip" or "zstd"
+    (pyarrow's streams) or None; reused when a finished copy is there."""
+    suffix = {None: "", "gzip": ".gz", "zstd": ".zst"}[compression]
+    done = root / "copied.json"
+    if done.exists():
+        return root
+    (root / "data").mkdir(parents=True, exist_ok=True)
+    for shard in sorted((corpus / "data").glob("*.parquet")):
+        target = root / "data" / f"{shard.stem}.jsonl{suffix}"
+        with (pa.CompressedOutputStream(str(target), compression) if compression else open(target, "wb")) as out:
+            for batch in pq.ParquetFile(shard).iter_batches(batch_size=4096):
+                out.write("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in batch.to_pylist()).encode())
+    done.write_text(json.dumps({"from": str(corpus), "compression": compression}))
+    return root
