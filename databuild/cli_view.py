@@ -52,7 +52,7 @@ def show(parquet, row, name_or_dir, color):
     from .publish.manifest_read import manifest_beside
     from .inputs.tokenizer import tokenizer_dir
     from .encode.render import load_tokenizer
-    from .views.show import check_decodable, compose, decode_spans, row_header, spans
+    from .views.show import check_decodable, compose, controls_line, decode_spans, row_header, spans
     from .rowfile.read import open_parquet, read_rows
 
     parquet_file, manifest = open_parquet(parquet), manifest_beside(parquet)
@@ -69,7 +69,8 @@ def show(parquet, row, name_or_dir, color):
     else:
         body = compose(target, parts, texts, target=lambda s: f"[[{s}]]", marker=lambda s: s, region=lambda s: s)
     header = row_header(target, parquet_file.metadata.num_rows)
-    click.echo(f"{header}\n{body}{header}", color=ansi)
+    controls = controls_line(manifest)
+    click.echo(f"{header}\n" + (f"{controls}\n" if controls else "") + f"{body}{header}", color=ansi)
 
 
 @click.command()

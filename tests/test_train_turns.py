@@ -167,3 +167,13 @@ def test_the_same_bytes_whatever_the_workers_and_batches(flagged_sources, sixtee
     other = make(load_config(config), tmp / "w2", workers=2, batch_size=3, window=16, progress=False)
     assert one.parquet.read_bytes() == other.parquet.read_bytes()
     assert one.manifest.read_bytes() == other.manifest.read_bytes()
+
+
+def test_show_names_the_turns_that_train(tmp_path):
+    from test_build import run_cli
+
+    result = make(load_config(write_config(tmp_path / "c.yaml", train_turns="last")), tmp_path / "out",
+                  progress=False)
+    done = run_cli("show", str(result.parquet), "--row", "0")
+    assert done.returncode == 0, done.stderr
+    assert "controls: train_turns: last (targets of the other turns off)" in done.stdout

@@ -175,3 +175,13 @@ def test_both_files_are_the_same_bytes_whatever_the_workers_and_batches(split, t
     assert again.manifest.read_bytes() == result.manifest.read_bytes()
     name = result.data["validation"]["file"]
     assert (tmp_path / "again" / name).read_bytes() == result.parquet.with_name(name).read_bytes()
+
+
+def test_show_says_which_split_a_file_is(split):
+    _, _, _, _, result = split
+    held = result.parquet.with_name(result.data["validation"]["file"])
+    for path, name in ((result.parquet, "train"), (held, "validation")):
+        done = run_cli("show", str(path), "--row", "0")
+        assert done.returncode == 0, done.stderr
+        assert f"controls: the {name} split of a validation split (share 0.2 of each source, seed 7); rows: all" \
+            in done.stdout

@@ -138,5 +138,23 @@ def row_header(row: StoredRow, total_rows: int) -> str:
             + (f", {size - pad} padding tokens" if pad < size else ""))
 
 
+def controls_line(manifest: dict | None) -> str:
+    """The training controls that shaped the file, where they are not the defaults (from its manifest's
+    build section); '' when none is."""
+    build = (manifest or {}).get("build") or {}
+    said = []
+    if build.get("train_turns", "all") != "all":
+        said.append(f"train_turns: {build['train_turns']} (targets of the other turns off)")
+    if (build.get("dedup") or {}).get("policy", "none") != "none":
+        said.append(f"dedup: {build['dedup']['policy']}")
+    split = build.get("validation")
+    if split:
+        amount = f"count {split['count']}" if split.get("count") is not None else f"share {split['share']}"
+        said.append(f"the {split['split']} split of a validation split ({amount} of each source, seed {split['seed']})")
+    if build.get("rows") == "all":
+        said.append("rows: all")
+    return "controls: " + "; ".join(said) if said else ""
+
+
 def _plural(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
