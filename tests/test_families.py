@@ -79,7 +79,7 @@ def test_rows_equal_the_rule_or_are_refused(built, name, leading_space, monkeypa
     considered = sum(counts.values()) - counts["template_error"]
     refused = sum(n for kind, n in counts.items() if kind.startswith("refused"))
     assert sum(n for kind, n in counts.items() if kind.startswith(("equal", "expanded"))) > 0
-    if not leading_space:
+    if not leading_space and not family.unbounded:
         assert refused < 0.05 * considered, counts
 
 

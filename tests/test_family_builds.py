@@ -1,8 +1,8 @@
 """make on real template families with generated tool/reasoning conversations (issue 29): the conversations
 written to parquet (tool calls and tools as JSON text) and built by `databuild make` give the same rows and
 the same refusals as the in-process encoder run on the conversations the build read; the refusal rate
-outside the template's own raises and the documented policies stays under 5% per family. The rates print
-in the "generated cases" summary."""
+outside the template's own raises stays under 5% per family, but for Nemotron 3 (families.py says why). The
+rates print in the "generated cases" summary."""
 
 from __future__ import annotations
 
@@ -18,13 +18,14 @@ from conftest import record_count, write_config
 from databuild.build import make, prepare
 from databuild.config import load_config
 from databuild.encode.encoder import Encoder
+from databuild.encode.ends import probe_problem
 from databuild.encode.render import Renderer
 from families import FAMILIES, KWARGS, family_tokenizer
 from test_families import corpus
 
 ROW_TOKENS = 256
-# The issue's families, as tests/fixtures/templates/real holds them (Nemotron 3's template is not there).
-BUILT = ("qwen2_5", "qwen3", "qwen3_5_think", "llama3_1", "gptoss", "glm4moe", "smollm3")
+# The issue's families, as tests/fixtures/templates/real holds them.
+BUILT = ("qwen2_5", "qwen3", "qwen3_5_think", "llama3_1", "gptoss", "glm4moe", "smollm3", "nemotron3_nano")
 # What the refusal rate leaves out: the template's own raise_exception (template_error)
 TEMPLATE_RAISES = ("template_error",)
 
@@ -67,6 +68,8 @@ def test_make_builds_what_the_encoder_builds(tmp_path, name):
     result = make(config, tmp_path / "out", progress=False)
 
     encoder = Encoder(tokenizer, Renderer.for_tokenizer(tokenizer, KWARGS), "assistant", family.stops)
+    # Nemotron 3's template refuses a plain exchange: make refused it before its first row, and builds it now
+    assert (probe_problem(encoder) is not None) == (name == "nemotron3_nano")
     with prepare(config) as prepared:
         stream = list(prepared.conversations())
     assert prepared.malformed == {}  # the tool-call checks pass every generated conversation
@@ -83,4 +86,4 @@ def test_make_builds_what_the_encoder_builds(tmp_path, name):
     for kind, n in [("built", len(stream) - sum(kinds.values())), *kinds.items()]:
         for _ in range(n):
             record_count(f"make {name}", kind)
-    assert outside < 0.05 * considered, (name, kinds)
+    assert outside < 0.05 * considered or family.unbounded, (name, kinds)

@@ -33,6 +33,7 @@ class Family:
     arguments: str = "any"  # a tool call's arguments: any (an object or its JSON text), object (the template
     # iterates them)
     rstrip: tuple[str, ...] = ()  # special tokens that take the whitespace after them (Phi-3's, in its tokenizer.json)
+    unbounded: str = ""  # why the family's refusal rate is not held under 5% (empty: it is)
 
 
 FAMILIES = {f.name: f for f in [
@@ -58,6 +59,12 @@ FAMILIES = {f.name: f for f in [
     Family("glm4moe", "glm4moe.jinja", ("[gMASK]", "<sop>", "<|system|>", "<|user|>", "<|assistant|>", "<|observation|>",
                                         "<|endoftext|>", "<think>", "</think>", "<tool_call>", "</tool_call>"),
            "<|endoftext|>", ("<|user|>", "<|observation|>"), reasoning="reasoning_content", arguments="object"),
+    Family("nemotron3_nano", "nemotron3_nano.jinja", ("<|im_start|>", "<|im_end|>", "<think>", "</think>",
+                                                      "<tool_call>", "</tool_call>"), "<|im_end|>", (),
+           reasoning="reasoning_content", arguments="object",
+           unbounded="an answer without reasoning renders as <think></think>ANSWER while the generation prompt "
+                     "(enable_thinking, the default) ends in <think>\\n: no generation gives that turn, and the rule "
+                     "refuses it (mask_error)"),
     Family("cohere2", "cohere2.jinja", ("<BOS_TOKEN>", "<|START_OF_TURN_TOKEN|>", "<|END_OF_TURN_TOKEN|>",
                                         "<|SYSTEM_TOKEN|>", "<|USER_TOKEN|>", "<|CHATBOT_TOKEN|>", "<|START_RESPONSE|>",
                                         "<|END_RESPONSE|>"), "<|END_OF_TURN_TOKEN|>", (), bos="<BOS_TOKEN>",
