@@ -123,7 +123,8 @@ DATA_NOTES = {
                                     "(invalid_tool_arguments: keep)",
     "tool_calls_undeclared": "tool calls kept that call a function their tools list does not declare "
                              "(undeclared_tool_calls: keep)",
-    "struct_null_keys_dropped": "keys whose value was null dropped from parquet structs (struct_nulls: drop)",
+    "struct_null_keys_dropped": "keys whose value was null left out of parquet structs (a tool call's frame; "
+                                "with struct_nulls: drop, its JSON values too)",
 }
 
 
