@@ -15,11 +15,21 @@ from __future__ import annotations
 
 import bisect
 import json
-from typing import Any, Iterable
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Protocol
 
 import pyarrow as pa
 
+from .json_files import Unparsed
+from .json_files import rows as json_file_rows
 from .record import _type, parse_json
+
+
+class Adapter(Protocol):
+    """What of a format (sources/formats: the formats import this module) the batches are built for."""
+    message_columns: tuple[str, ...]
+    content_parts: bool
+    ignore: frozenset[str]
 
 INT64 = (-(1 << 63), (1 << 63) - 1)
 
@@ -195,3 +205,34 @@ def decoded_values(column: pa.Array, name: str, problems: dict[int, str]) -> lis
             problems.setdefault(row, f"column '{name}' holds Json text that does not parse ({exc})")
             values.append(None)
     return values
+
+
+def message_strings(adapter: Adapter) -> dict[str, bool]:
+    """The format's role and content fields, each with whether it must be a string (the content may be a
+    list of parts where the format takes them)."""
+    return {getattr(adapter, "role", "role"): True, getattr(adapter, "content", "content"): not adapter.content_parts}
+
+
+def json_batches(path: Path, name: str, adapter: Adapter,
+                 size: int) -> Iterator[tuple[pa.RecordBatch, dict[int, str], bool]]:
+    """A JSON file's rows (sources/json_files.py) in batches of `size`, as rows_batch builds them for
+    the format: (batch, rows refused, True: its schema is the batch's own), a row that is not one
+    refused naming its line."""
+    values, lines = [], []
+    for line, value in json_file_rows(path, name):
+        values.append(value)
+        lines.append(line)
+        if len(values) == size:
+            yield _json_batch(adapter, values, lines)
+            values, lines = [], []
+    if values:
+        yield _json_batch(adapter, values, lines)
+
+
+def _json_batch(adapter: Adapter, values: list, lines: list[int]) -> tuple[pa.RecordBatch, dict[int, str], bool]:
+    problems = {row: value.reason for row, value in enumerate(values) if isinstance(value, Unparsed)}
+    batch = rows_batch([None if isinstance(v, Unparsed) else v for v in values], adapter.message_columns,
+                       message_strings(adapter), problems)
+    batch = batch.select([name for name in batch.schema.names if name not in adapter.ignore])
+    return batch, {row: reason if reason.startswith("line ") else f"line {lines[row]}: {reason}"
+                   for row, reason in problems.items()}, True

@@ -20,9 +20,8 @@ import pyarrow.parquet as pq
 
 from ..errors import BuildError
 from ..records.problems import MALFORMED, BadConversation, Problem, bad_conversation
-from .json_files import Unparsed, is_json, scan
-from .json_files import rows as json_rows
-from .json_rows import decode_json_columns, json_messages, rows_batch
+from .json_files import is_json, scan
+from .json_rows import decode_json_columns, json_batches, json_messages, message_strings
 from .layout import split_files
 from .record import MESSAGE, ROLES, SOURCE_SCHEMA, unknown_role
 from ..records.conversation import REASONING_FIELDS
@@ -101,7 +100,7 @@ def iter_batches(file: SourceFile, groups: range | None = None) -> Iterator[tupl
     groups = range(len(file.groups)) if groups is None else groups
     offset = file.first_index + sum(file.groups[:groups.start])
     try:
-        for batch, problems, rebuilt in (_json_batches(file) if file.is_json else _parquet_batches(file, groups)):
+        for batch, problems, rebuilt in (json_batches(file.path, file.name, file.adapter, READ_BATCH_ROWS) if file.is_json else _parquet_batches(file, groups)):
             if rebuilt:  # built from JSON values: its schema is checked here, not from the file's
                 problem = file.adapter.schema_problem(batch.schema)
                 if problem is not None:
@@ -116,12 +115,6 @@ def iter_batches(file: SourceFile, groups: range | None = None) -> Iterator[tupl
                          f"{exc}") from None
 
 
-def _strings(adapter: Adapter) -> dict[str, bool]:
-    """The format's role and content fields, each with whether it must be a string (the content may be a
-    list of parts where the format takes them): sources/json_rows.py."""
-    return {getattr(adapter, "role", "role"): True, getattr(adapter, "content", "content"): not adapter.content_parts}
-
-
 def _parquet_batches(file: SourceFile, groups: range) -> Iterator[tuple[pa.RecordBatch, dict[int, str], bool]]:
     """(batch, rows refused, whether its messages were rebuilt from Json: sources/json_rows.py)."""
     parquet = pq.ParquetFile(file.path)
@@ -130,30 +123,8 @@ def _parquet_batches(file: SourceFile, groups: range) -> Iterator[tuple[pa.Recor
     for batch in parquet.iter_batches(batch_size=READ_BATCH_ROWS, row_groups=groups, columns=columns):
         problems: dict[int, str] = {}
         if rebuilt:
-            batch = decode_json_columns(batch, file.adapter.message_columns, _strings(file.adapter), problems)
+            batch = decode_json_columns(batch, file.adapter.message_columns, message_strings(file.adapter), problems)
         yield batch, problems, rebuilt
-
-
-def _json_batches(file: SourceFile) -> Iterator[tuple[pa.RecordBatch, dict[int, str], bool]]:
-    """The file's rows in batches (sources/json_rows.py), a row that is not one refused naming its line."""
-    values, lines = [], []
-    for line, value in json_rows(file.path, file.name):
-        values.append(value)
-        lines.append(line)
-        if len(values) == READ_BATCH_ROWS:
-            yield _json_batch(file, values, lines)
-            values, lines = [], []
-    if values:
-        yield _json_batch(file, values, lines)
-
-
-def _json_batch(file: SourceFile, values: list, lines: list[int]) -> tuple[pa.RecordBatch, dict[int, str], bool]:
-    problems = {row: value.reason for row, value in enumerate(values) if isinstance(value, Unparsed)}
-    batch = rows_batch([None if isinstance(v, Unparsed) else v for v in values], file.adapter.message_columns,
-                       _strings(file.adapter), problems)
-    batch = batch.select([name for name in batch.schema.names if name not in file.adapter.ignore])
-    return batch, {row: reason if reason.startswith("line ") else f"line {lines[row]}: {reason}"
-                   for row, reason in problems.items()}, True
 
 
 def _invalid_utf8(strings: pa.Array) -> list[int]:
