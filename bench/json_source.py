@@ -51,6 +51,8 @@ def main(argv=None) -> int:
             out = subprocess.run([sys.executable, str(HERE / "stages.py"), str(config)], capture_output=True,
                                  text=True, check=True).stdout
             costs = [float(re.search(rf"^{re.escape(stage)}.*?([\d.]+)$", out, re.M).group(1)) for stage in STAGES]
+            if name == "parquet":
+                print(re.search(r"^[\d,]+ conversations read, [\d,]+ tokens", out, re.M).group(0))
             size = sum(p.stat().st_size for p in (root / "data").iterdir())
             print(f"{name:<12}" + "".join(f"{c:>14.1f}" for c in costs) + f"{size:>14,}")
     return 0
