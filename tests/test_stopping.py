@@ -35,11 +35,12 @@ PAUSED_MAKE = textwrap.dedent("""
         batches = spill.iter_batches
 
         def one_row_at_a_time(file, groups=None):
-            for offset, batch, refused in batches(file, groups):
+            for offset, batch, refused, dropped in batches(file, groups):
                 for k in range(batch.num_rows):
                     marker.write_text("spilling")
                     time.sleep(0.1)
-                    yield offset + k, batch.slice(k, 1), {i - k: r for i, r in refused.items() if i == k}
+                    yield (offset + k, batch.slice(k, 1), {i - k: r for i, r in refused.items() if i == k},
+                           type(dropped)({0: dropped[k]} if k in dropped else {}))
         spill.iter_batches = one_row_at_a_time
     else:
         buildable = build.buildable
