@@ -51,7 +51,8 @@ from .encode.render import Renderer, load_tokenizer
 from .records.problems import (OVERLONG, BadConversation, Problem, bad_conversation, buildable, marked,
                                on_bad_conversation, refusal)
 from .records.conversation import Conversation
-from .sources.spill import Spill, SpilledBatch, expected_prefix
+from .sources.spill import Spill, expected_prefix
+from .sources.spilled import SpilledBatch
 from .sources.spill_folder import remove_stale_spill_folders, spill_folder
 from .utils.files import file_sha256
 from .shortfall import ran_out

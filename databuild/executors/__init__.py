@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from ..encode.encoder import Encoder
     from ..records.conversation import TokenizedConversation
     from ..records.conversation import Conversation
-    from ..sources.spill import SpilledBatch
+    from ..sources.spilled import SpilledBatch
 
 @dataclass(frozen=True)
 class Encoding:

@@ -28,7 +28,7 @@ from .workers import (SHARED_IMPORTS, encode_in_worker, end_pool, from_columns, 
                       start_worker, worker_context)
 
 if TYPE_CHECKING:
-    from ..sources.spill import SpilledBatch
+    from ..sources.spilled import SpilledBatch
 
 
 class LocalEncoding:

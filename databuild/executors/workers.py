@@ -27,7 +27,7 @@ from ..records.conversation import Conversation, TokenizedConversation
 from .stream import batches, overlapped
 
 if TYPE_CHECKING:
-    from ..sources.spill import SpilledBatch
+    from ..sources.spilled import SpilledBatch
 
 
 # A worker's batch is encoded in this many parts, overlapped as in one process: the worker's tokenizer

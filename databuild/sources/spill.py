@@ -12,26 +12,24 @@ other. It spills only the prefix of the stream the build is expected to read
 (`expected_prefix`, generous), because a recipe may read a few percent of its source; a stream that
 goes past it gets another pass, which spills as far again (the spilled prefix doubles). The stream
 is the same whatever the prefix, the window, the number of passes or the order files finish in.
+Reading the buckets back (what a worker process needs of the spill) is spilled.py's.
 """
 
 from __future__ import annotations
 
-import json
 import threading
 from collections import defaultdict
-from dataclasses import dataclass
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.ipc  # noqa: F401  (pa.ipc)
 from tqdm import tqdm
 
 from ..errors import BuildError
-from ..records.problems import BadConversation, marked
+from ..records.problems import BadConversation
 from ..sources.dedup import batch_keys
 from ..sources.mixture import Placement
 from ..utils.machine import available_cores
@@ -39,6 +37,7 @@ from ..sources.spill_folder import tmpdir_full
 from .record import COLUMNS
 from .reader import RECORD_COUNTS, SourceFile, check_batch, iter_batches, with_valid_utf8
 from ..records.conversation import Conversation
+from .spilled import SpilledBatch, open_bucket, read_bucket, spilled_batch
 
 PARTS_PER_THREAD = 4  # parts of the source per thread in a pass: small enough to even out the threads' loads
 # Message bytes per token the first pass provides for: about twice what BPE tokenizers average
@@ -93,7 +92,7 @@ class Spill:
         """The whole stream in permutation order, spilling further ranges as it gets there; it can
         be read again."""
         for path in self._buckets():
-            yield from _read_bucket(path)
+            yield from read_bucket(path)
 
     def batches(self, size: int, malformed: dict[int, BadConversation]) -> Iterator[SpilledBatch]:
         """The stream of conversations() cut into batches of `size` (the last shorter), as references
@@ -101,7 +100,7 @@ class Spill:
         known_bad = np.fromiter(malformed, dtype=np.int64, count=len(malformed))
         pieces, count = [], 0
         for path in self._buckets():
-            table = _bucket(path).select(["position", "index"])
+            table = open_bucket(path).select(["position", "index"])
             order = np.argsort(table.column("position").to_numpy(), kind="stable")
             indices = table.column("index").to_numpy()[order]
             low = 0
@@ -110,10 +109,10 @@ class Spill:
                 pieces.append((path, order[low:high], indices[low:high]))
                 count, low = count + high - low, high
                 if count == size:
-                    yield _batch(pieces, malformed, known_bad)
+                    yield spilled_batch(pieces, malformed, known_bad)
                     pieces, count = [], 0
         if pieces:
-            yield _batch(pieces, malformed, known_bad)
+            yield spilled_batch(pieces, malformed, known_bad)
 
     def _buckets(self) -> Iterator[Path]:
         """The bucket files in stream order, each spilled (by another pass) before it is given."""
@@ -201,11 +200,6 @@ class Spill:
         return found
 
 
-def _batch(pieces: list, malformed: dict[int, BadConversation], known_bad: np.ndarray) -> SpilledBatch:
-    bad = {int(i): malformed[int(i)] for _, _, indices in pieces for i in indices[np.isin(indices, known_bad)]}
-    return SpilledBatch(tuple((path, rows) for path, rows, _ in pieces), bad)
-
-
 def _parts(files: list[SourceFile], count: int) -> list[tuple[SourceFile, range]]:
     """The files cut into about `count` parts of whole groups (parquet row groups; a JSON file is
     one), in source order: a part is as many consecutive groups as make up a count-th of the rows
@@ -223,66 +217,3 @@ def _parts(files: list[SourceFile], count: int) -> list[tuple[SourceFile, range]
         if first < len(file.groups):
             parts.append((file, range(first, len(file.groups))))
     return parts
-
-
-def _read_bucket(path: Path) -> Iterator[Conversation]:
-    table = _bucket(path)
-    conversations = _conversations(table)
-    for k in np.argsort(table.column("position").to_numpy(), kind="stable"):
-        yield conversations[k]
-
-
-def _bucket(path: Path) -> pa.Table:
-    with pa.memory_map(str(path)) as source:
-        return pa.ipc.open_file(source).read_all()
-
-
-def _conversations(table: pa.Table) -> list[Conversation]:
-    """The conversations of rows of a bucket file, in the table's order."""
-    positions = table.column("position").to_numpy()
-    indices = table.column("index").to_numpy()
-    ids, sources = table.column("id").to_pylist(), table.column("source").to_pylist()
-    tools = [None if text is None else json.loads(text) for text in table.column("tools").to_pylist()]
-    # Column by column: one Python list per field, not a dict per row and per message.
-    messages = table.column("messages").combine_chunks()
-    ends = np.cumsum(pc.fill_null(pc.list_value_length(messages), 0).to_numpy(zero_copy_only=False)).tolist()
-    flat = messages.flatten()
-    # The Tulu schema's key order, which `datasets` and apply_chat_template give the template; a
-    # message's other fields after them, in the source's order.
-    dicts = [{"content": content, "role": role} if fields is None else
-             {"content": content, "role": role, **json.loads(fields)} for content, role, fields in
-             zip(*(pc.struct_field(flat, name).to_pylist() for name in ("content", "role", "fields")))]
-    return [Conversation(position=int(positions[k]), index=int(indices[k]), id=ids[k] or "", source=sources[k] or "",
-                         messages=tuple(dicts[(ends[k - 1] if k else 0):ends[k]]), tools=tools[k])
-            for k in range(len(positions))]
-
-
-def _rows_of(table: pa.Table, rows: np.ndarray) -> pa.Table:
-    """`rows` of a bucket, in that order, taken from the record batches that hold them: a take on the
-    whole table would first join its record batches (one per part of the pass that wrote to it),
-    copying the bucket for every batch read from it."""
-    chunks = table.to_batches()
-    starts = np.cumsum([0] + [chunk.num_rows for chunk in chunks])
-    chunk_of = np.searchsorted(starts, rows, side="right") - 1
-    order = np.argsort(chunk_of, kind="stable")
-    by_chunk = rows[order], chunk_of[order]
-    picked = [chunks[c].take(pa.array(by_chunk[0][by_chunk[1] == c] - starts[c])) for c in np.unique(chunk_of)]
-    # `picked` holds the rows in the order `order` put them in; its inverse puts them back
-    return pa.Table.from_batches(picked, schema=table.schema).take(pa.array(np.argsort(order, kind="stable")))
-
-
-@dataclass(frozen=True)
-class SpilledBatch:
-    """Consecutive conversations of the stream named by where they lie in the bucket files, not by
-    their text: what the driver hands a local worker process, which reads them itself. The driver's
-    one thread then neither decodes the messages to Python nor pickles them, and the reading is
-    spread over the workers. `read()` gives the conversations, malformed ones marked (records.problems.marked)."""
-    pieces: tuple[tuple[Path, np.ndarray], ...]  # (bucket file, its rows in stream order)
-    malformed: dict[int, BadConversation]  # by source row index: the batch's conversations that are malformed
-
-    def read(self) -> list[Conversation]:
-        out = [c for path, rows in self.pieces for c in _conversations(_rows_of(_bucket(path), rows))]
-        return list(marked(out, self.malformed))
-
-    def __len__(self) -> int:
-        return sum(len(rows) for _, rows in self.pieces)
