@@ -185,3 +185,16 @@ def test_show_says_which_split_a_file_is(split):
         assert done.returncode == 0, done.stderr
         assert f"controls: the {name} split of a validation split (share 0.2 of each source, seed 7); rows: all" \
             in done.stdout
+
+
+def test_a_manifest_whose_validation_record_is_damaged_is_refused_in_one_line(split, tmp_path):
+    import json
+
+    _, _, _, _, result = split
+    manifest = json.loads(result.manifest.read_text())
+    manifest["validation"]["file"] = 7
+    (tmp_path / result.manifest.name).write_text(json.dumps(manifest))
+    from databuild.publish.manifest_read import read_manifest
+
+    with pytest.raises(BuildError, match="manifest field validation.file is int 7, expected str"):
+        read_manifest(tmp_path / result.manifest.name)

@@ -43,6 +43,8 @@ SHAPE: dict[str, type | tuple] = {
     "counts.conversations_read": int, "counts.source_conversations": int, "counts.separators_inserted": int,
     "tokenizer_dir": str, "counts.funnel": dict, "counts.funnel.total": dict, "counts.funnel.sources": list,
     "counts.funnel.total.dropped": dict,
+    "validation": dict, "validation.file": str, "validation.manifest": str, "validation.rows": int,
+    "validation.rows_sha256": str, "validation.parquet_sha256": str, "validation.parquet_bytes": int,
 }
 # Each entry of a mapping's values or of a list: a type, or a mapping's typed fields.
 ITEMS: dict[str, type | dict[str, type | tuple]] = {
