@@ -4,7 +4,7 @@ one normalisation, kept once, the first in source order.
 The normalisation is that of the conversation record (sources/record.py), so the same conversation
 in two formats (a ShareGPT source and a messages one) is the same: each message as
 `[role, content, fields]`, its content in Unicode NFC (null stays null), its other fields (tool
-calls, tool call id, name, reasoning) as a JSON object or null; the conversation's `tools` list or
+calls, tool call id, name, reasoning, the train flag) as a JSON object or null; the conversation's `tools` list or
 null. Objects are compared with their keys sorted; strings, numbers and list order exactly. The key
 of a conversation is the sha256 of the UTF-8 of
 
