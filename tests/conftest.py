@@ -50,16 +50,19 @@ def tiny_build(tiny_config, tmp_path_factory):
 
 
 @pytest.fixture
-def private_tmp(tmp_path, monkeypatch):
+def private_tmp(monkeypatch):
     """A $TMPDIR of the test's own (where a build spills), for this process (tempfile caches it) and the
-    processes it starts: what a build leaves there is the test's to see, and nothing leaks into /tmp."""
+    processes it starts: what a build leaves there is the test's to see, and nothing leaks into /tmp.
+    A short path of its own, not under tmp_path: multiprocessing's fork server puts a Unix socket in
+    $TMPDIR, whose path may not pass 107 bytes (AF_UNIX), and pytest-xdist's tmp_path is deeper."""
+    import shutil
     import tempfile
 
-    directory = tmp_path / "tmpdir"
-    directory.mkdir()
+    directory = Path(tempfile.mkdtemp(prefix="databuild-test-"))
     monkeypatch.setenv("TMPDIR", str(directory))
     monkeypatch.setattr(tempfile, "tempdir", str(directory))
-    return directory
+    yield directory
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -115,6 +118,19 @@ CASE_COUNTS: defaultdict[str, Counter] = defaultdict(Counter)
 
 def record_count(group: str, outcome: str) -> None:
     CASE_COUNTS[group][outcome] += 1
+
+
+def pytest_sessionfinish(session):
+    """Under pytest-xdist each test process counts its own cases: it hands them to the controller."""
+    if hasattr(session.config, "workeroutput"):
+        session.config.workeroutput["case_counts"] = json.dumps(CASE_COUNTS)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """The controller adds up the cases of each test process as it finishes (pytest-xdist's hook)."""
+    for group, counts in json.loads(getattr(node, "workeroutput", {}).get("case_counts", "{}")).items():
+        CASE_COUNTS[group].update(counts)
 
 
 def pytest_terminal_summary(terminalreporter):
