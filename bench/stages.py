@@ -51,7 +51,7 @@ def main(argv=None) -> None:
         from transformers import AutoTokenizer  # noqa: F401
         from dataclasses import replace
 
-        from databuild.build import DEFAULT_WINDOW
+        from databuild.prepare import DEFAULT_WINDOW
         from databuild.config import load_config, packing_keys
         from databuild.encode.encoder import Encoder
         from databuild.rowfile.hashes import RowsHasher

@@ -381,9 +381,9 @@ def _spawned_at() -> float:
 # pass's threads). A name a databuild no longer has is reported as not measured: keep them current.
 STAGES = (
     ("databuild.inputs.resolve", "hash_files", "pin: hash the source"),
-    ("databuild.build", "load_tokenizer", "pin: load the tokenizer"),
+    ("databuild.prepare", "load_tokenizer", "pin: load the tokenizer"),
     ("databuild.build", "pin", "pin (all)"),
-    ("databuild.build", "placement", "source pass: permutation"),
+    ("databuild.prepare", "placement", "source pass: permutation"),
     ("databuild.sources.spill", "iter_batches", "source pass: read (threads)"),
     ("databuild.sources.spill", "check_batch", "source pass: check (threads)"),
     ("databuild.sources.spill", "with_valid_utf8", "source pass: utf-8 (threads)"),

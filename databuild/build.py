@@ -1,7 +1,7 @@
 """`databuild make`: the stages wired together, then the results published atomically.
 
-The recipe, in order: pin (`pin`: inputs resolved and hashed, tokenizer and template loaded), prepare
-(`prepare`: the sources read, checked and spilled in permutation order), stream and encode (the
+The recipe, in order: pin and prepare (prepare.py: inputs resolved and hashed, tokenizer and template
+loaded; the sources read, checked and spilled in permutation order), stream and encode (the
 executor, over the spill's batches), keep (`buildable`: on_bad_conversation applied), pack, take (the
 config's rows), write (`write_rows`, hashed as written), publish (`publish`, the manifest last, from
 `manifest_of`: the counts this build saw). When the stream runs out first, shortfall.py says why.
@@ -18,48 +18,36 @@ crash at any point leaves no manifest that describes a file it does not match.
 
 from __future__ import annotations
 
-import tempfile
 import time
 from contextlib import closing
 from dataclasses import dataclass, replace
 from itertools import islice
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from tqdm import tqdm
 
 from .config import BuildConfig
 from .encode.encoder import Encoder
-from .encode.ends import generation_stops
 from .executors import Encoding, encoding_on
-from .executors.stream import batches
 from .rowfile.hashes import RowsHasher, SegmentsHasher
 from .inputs.pins import check_unchanged, hashing_in_background
-from .inputs.resolve import ResolvedInputs, resolve_inputs
 from .current import stale_reason
+from .prepare import DEFAULT_WINDOW, Pinned, Prepared, pin, prepare, validation_split
 from .publish.lock import exclusive
 from .publish.record import BuildRecord
 from .publish.manifest import build_manifest, manifest_path, write_manifest
 from .publish.manifest_read import read_manifest
 from .pack.bfd import OverlongConversation
-from .pack.rows import Packing, PackStats
-from .pack.policy import pack, packing_for
-from .sources.dedup import find_duplicates
-from .sources.holdout import held_out_conversations, held_out_rows
-from .sources.mixture import placement
-from .encode.render import Renderer, load_tokenizer
-from .records.problems import (OVERLONG, BadConversation, Problem, bad_conversation, buildable, marked,
-                               on_bad_conversation, refusal)
-from .records.conversation import Conversation
-from .sources.spill import Spill, expected_prefix
-from .sources.spilled import SpilledBatch
-from .sources.spill_folder import remove_stale_spill_folders, spill_folder
+from .pack.rows import PackStats
+from .pack.policy import pack
+from .records.problems import OVERLONG, BadConversation, Problem, bad_conversation, buildable, refusal
+from .sources.spill_folder import remove_stale_spill_folders
 from .utils.files import file_sha256
 from .shortfall import ran_out
 from .rowfile.write import WRITER_OPTIONS, partial_path, partials, publish, rows_per_group, write_rows
 
 DEFAULT_BATCH = 256
-DEFAULT_WINDOW = 8192  # conversations per spilled bucket: the memory bound of the source stage
 
 
 @dataclass(frozen=True)
@@ -79,28 +67,6 @@ def encoder_pins(encoder: Encoder) -> dict[str, Any]:
     return {"chat_template": encoder.renderer.pins(), "end_of_turn": sorted(encoder.end_of_turn),
             "end_of_turn_from": encoder.end_of_turn_from, "tokenizer_json_switched_off": encoder.switched_off,
             "tokenizer_size": encoder.tokenizer_size}
-
-
-@dataclass(frozen=True)
-class Pinned:
-    """The inputs resolved and hashed, the tokenizer loaded, the template compiled: all that a build's
-    pinned manifest sections depend on, known before its first row."""
-    config: BuildConfig
-    inputs: ResolvedInputs
-    packing: Packing
-    encoder: Encoder
-
-
-def pin(config: BuildConfig, offline: bool = False) -> Pinned:
-    inputs = resolve_inputs(config, offline=offline)
-    tokenizer = load_tokenizer(inputs.tokenizer_dir)
-    renderer = Renderer.for_tokenizer(tokenizer, config.template_kwargs_dict, config.chat_template_name,
-                                      config.render_timeout)
-    renderer.compile()
-    encoder = Encoder(tokenizer, renderer, config.loss_mask, config.end_of_turn,
-                      generation_stops(inputs.tokenizer_dir, tokenizer), config.history, config.train_turns,
-                      config.stop_tokens_in_fields)
-    return Pinned(config, inputs, packing_for(tokenizer, config), encoder)
 
 
 def manifest_of(build: Pinned | Prepared, parquet_name: str, stats: PackStats | None = None,
@@ -130,96 +96,6 @@ def validation_record(result: BuildResult) -> dict[str, Any]:
     return {"file": result.parquet.name, "manifest": result.manifest.name,
             **{key: output[key] for key in ("rows", "rows_sha256", "segments_sha256", "parquet_sha256",
                                             "parquet_bytes", "supervised_tokens")}}
-
-
-@dataclass
-class Prepared:
-    """Everything checked and loaded before the first row: what every executor streams from.
-
-    A context manager: the source's bucket files live in a temporary directory until it exits.
-    """
-    config: BuildConfig
-    inputs: ResolvedInputs
-    packing: Packing
-    malformed: dict[int, BadConversation]
-    encoder: Encoder
-    spill: Spill
-    spill_dir: tempfile.TemporaryDirectory
-    duplicates: dict[int, BadConversation]  # dedup: exact's, by source row (sources/dedup.py); {} without
-    held_out: dict[int, BadConversation]  # the validation split's (sources/holdout.py); {} without
-
-    @property
-    def dropped_up_front(self) -> dict[int, BadConversation]:
-        """The conversations the first pass found unbuildable (malformed) or dropped (duplicates, the
-        validation split's), by source row."""
-        return {**self.malformed, **self.held_out, **self.duplicates}
-
-    def conversations(self) -> Iterator[Conversation]:
-        """The stream in permutation order, the conversations dropped up front marked."""
-        return marked(self.spill.conversations(), self.dropped_up_front)
-
-    def batches(self, size: int, by_reference: bool) -> Iterator[list[Conversation] | SpilledBatch]:
-        """conversations() cut into batches of `size`: as references into the spill, read by whoever encodes
-        them (`by_reference`: worker processes), else read here in bulk, the cheaper way for one reader."""
-        if by_reference:
-            return self.spill.batches(size, self.dropped_up_front)
-        return batches(self.conversations(), size)
-
-    def __enter__(self) -> Prepared:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.spill_dir.cleanup()
-
-
-def prepare(config: BuildConfig, offline: bool = False, window: int = DEFAULT_WINDOW,
-            spill_prefix: int | None = None, pinned: Pinned | None = None,
-            exclude: tuple[set[int], set[str], set[bytes]] | None = None) -> Prepared:
-    """Resolve and check the inputs, load the tokenizer (unless `pinned` has), and make the first
-    pass over the source: it checks every conversation and spills the stream's expected prefix
-    (`spill_prefix` overrides it). Nothing is rendered before this. `exclude`: the validation split's
-    rows, ids and content keys, which this stream drops."""
-    pinned = pinned or pin(config, offline)
-    inputs = pinned.inputs
-    placed = placement(*inputs.selections, config.seed)
-    spill_dir = spill_folder()
-    try:
-        keys = config.dedup == "exact" or config.validation is not None  # content keys: dedup, the split's check
-        spill = Spill(inputs.source_files, placed, window, Path(spill_dir.name), keys=keys)
-        if spill_prefix is None:
-            spill_prefix = (placed.size if config.rows is None else  # rows: all reads the whole stream
-                            expected_prefix(inputs.source_files, placed, config.rows * config.row_tokens))
-        found = on_bad_conversation(config.on_bad_conversation, spill.check_and_spill(spill_prefix))
-        malformed = {bad.index: bad for bad in found}
-        files = list(inputs.source_files)
-        held_out = held_out_conversations(spill.keys, *exclude, files) if exclude else {}
-        duplicates = find_duplicates({i: k for i, k in spill.keys.items() if i not in held_out}, files) if \
-            config.dedup == "exact" else {}
-    except BaseException:
-        spill_dir.cleanup()
-        raise
-    return Prepared(config, inputs, pinned.packing, malformed, pinned.encoder, spill, spill_dir, duplicates, held_out)
-
-
-@dataclass(frozen=True)
-class Split:
-    """The validation split of a build: its own build (the held-out rows of each source, every one once,
-    rows: all) and what the training build drops for it (rows, ids)."""
-    pinned: Pinned
-    rows: set[int]  # held-out rows, numbered across every source's files
-    ids: set[str]
-
-
-def validation_split(pinned: Pinned) -> Split:
-    """The split of `pinned`'s config (sources/holdout.py): its build is the config renamed NAME.validation,
-    rows: all, over each source's held-out rows (in place of its take)."""
-    config, inputs = pinned.config, pinned.inputs
-    held, ids = held_out_rows(inputs.sources, config.validation)
-    sources = tuple(replace(s, selected=rows) for s, rows in zip(inputs.sources, held))
-    vconfig = replace(config, name=f"{config.name}.validation", rows=None, split="validation")
-    return Split(Pinned(vconfig, replace(inputs, sources=sources), pinned.packing, pinned.encoder),
-                 {s.first_index + int(r) for s, rows in zip(inputs.sources, held) for r in rows},
-                 {i for source_ids, rows in zip(ids, held) for i in (source_ids[int(r)] for r in rows)})
 
 
 def make(config: BuildConfig, out_dir: Path, *, force: bool = False, offline: bool = False, workers: int | None = None,

@@ -89,7 +89,8 @@ def read_side(given: str | Path) -> Side:
 
 
 def _config_side(given: str) -> Side:
-    from .build import manifest_of, pin
+    from .build import manifest_of
+    from .prepare import pin
     from .config import resolve_config
 
     config = resolve_config(given)

@@ -92,7 +92,7 @@ def test_results_cross_from_workers_whole(tiny_config):
 
     import numpy as np
 
-    from databuild.build import prepare
+    from databuild.prepare import prepare
     from databuild.executors.workers import from_columns, to_columns
     from databuild.records.problems import Problem
 
@@ -131,7 +131,7 @@ def test_make_says_how_it_encoded(tmp_path, cores_, workers, said):
 
 def test_workers_get_their_threads_and_the_build_keeps_its_environment(tiny_config, monkeypatch):
     """The tokenizer's threads of a worker are set in the worker; the build's own process is left as it was."""
-    from databuild.build import pin
+    from databuild.prepare import pin
     from databuild.executors.local import LocalEncoding
 
     monkeypatch.setenv("DATABUILD_CORES", "8")
@@ -161,7 +161,7 @@ def test_a_worker_stops_its_batch_between_parts_once_the_build_has_ended(tiny_co
     """A batch of 8 in 4 parts of 2, the build's end looked at once for the batch, then before each
     part: seen at the batch's start, nothing is encoded; seen after k parts, only those k parts; never,
     all of it. What the build's end waits for is at most the part each worker is encoding (end_pool)."""
-    from databuild.build import prepare
+    from databuild.prepare import prepare
     from databuild.executors import workers as local
 
     with prepare(tiny_config) as prepared:
@@ -177,7 +177,7 @@ def test_a_worker_stops_its_batch_between_parts_once_the_build_has_ended(tiny_co
 def test_a_builds_end_leaves_its_workers_to_exit_on_their_own(tiny_config, monkeypatch):
     """Batches still in flight when the encoding ends are not waited for, and the workers are not
     killed for it (one killed mid-write would leave the pool waiting on its pipe): they exit with 0."""
-    from databuild.build import prepare
+    from databuild.prepare import prepare
     from databuild.executors.local import LocalEncoding
 
     monkeypatch.setenv("DATABUILD_CORES", "8")
@@ -192,7 +192,7 @@ def test_a_builds_end_leaves_its_workers_to_exit_on_their_own(tiny_config, monke
 # A build's process, its encoding started: it prints its workers' pids, and waits to be killed.
 HOLDING_WORKERS = """
 import sys, time
-from databuild.build import pin
+from databuild.prepare import pin
 from databuild.config import load_config
 from databuild.executors.local import LocalEncoding
 with LocalEncoding(pin(load_config(sys.argv[1]), offline=True).encoder, 2) as local:
@@ -233,7 +233,7 @@ def test_workers_start_from_the_fork_server_with_the_shared_imports_loaded(tiny_
     the shared modules were there before the worker's own start ran."""
     import multiprocessing.forkserver
 
-    from databuild.build import pin
+    from databuild.prepare import pin
     from databuild.executors.local import LocalEncoding
 
     monkeypatch.setenv("DATABUILD_CORES", "8")

@@ -134,7 +134,7 @@ THINK_ALWAYS = ("{%- for m in messages %}{%- if m.role == 'assistant' %}<|im_sta
 def test_a_template_that_refuses_plain_exchanges_builds_the_others(tmp_path):
     import pyarrow as pa
 
-    from databuild.build import prepare
+    from databuild.prepare import prepare
     from databuild.encode.ends import probe_problem
 
     directory = chatml_tokenizer(tmp_path)

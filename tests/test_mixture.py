@@ -148,7 +148,7 @@ def test_rows_without_an_id_get_file_and_row(tmp_path):
     ids = {i for row in pq.read_table(result.parquet).column("conversation_ids").to_pylist() for i in row}
     assert ids and all(i.startswith("org/no-ids/data/train-00000-of-00001.parquet#") for i in ids)
     # the id is the row: its messages are that row's
-    from databuild.build import prepare
+    from databuild.prepare import prepare
 
     with prepare(load_config(tmp_path / "mix.yaml"), offline=True) as prepared:
         for conversation in list(prepared.conversations())[:20]:

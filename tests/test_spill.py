@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import SOURCE_DIR
-from databuild.build import prepare
+from databuild.prepare import prepare
 from databuild.sources.formats import FORMATS
 from databuild.sources.reader import source_files
 from databuild.sources.mixture import Placement

@@ -32,6 +32,7 @@ STAGES: tuple[tuple[str, ...], ...] = (
     ("databuild.verify",),
     ("databuild.current",),
     ("databuild.shortfall",),
+    ("databuild.prepare",),
     ("databuild.build",),
     ("databuild.compare", "databuild.views", "databuild.export", "databuild.integrations"),
     ("databuild.scaffold",),

@@ -1,0 +1,144 @@
+"""A build's first two steps, before its first row: pin (`pin`: the inputs resolved and hashed, the
+tokenizer loaded, the template compiled) and prepare (`prepare`: the sources read, checked and spilled
+in permutation order, the conversations dropped up front found: malformed, duplicates, the validation
+split's). Also the validation split of a config (`validation_split`): its own pinned build and what the
+training build drops for it. build.py runs these, then the stream.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Iterator
+
+from .config import BuildConfig
+from .encode.encoder import Encoder
+from .encode.ends import generation_stops
+from .encode.render import Renderer, load_tokenizer
+from .executors.stream import batches
+from .inputs.resolve import ResolvedInputs, resolve_inputs
+from .pack.policy import packing_for
+from .pack.rows import Packing
+from .records.conversation import Conversation
+from .records.problems import BadConversation, marked, on_bad_conversation
+from .sources.dedup import find_duplicates
+from .sources.holdout import held_out_conversations, held_out_rows
+from .sources.mixture import placement
+from .sources.spill import Spill, expected_prefix
+from .sources.spill_folder import spill_folder
+from .sources.spilled import SpilledBatch
+
+DEFAULT_WINDOW = 8192  # conversations per spilled bucket: the memory bound of the source stage
+
+
+@dataclass(frozen=True)
+class Pinned:
+    """The inputs resolved and hashed, the tokenizer loaded, the template compiled: all that a build's
+    pinned manifest sections depend on, known before its first row."""
+    config: BuildConfig
+    inputs: ResolvedInputs
+    packing: Packing
+    encoder: Encoder
+
+
+def pin(config: BuildConfig, offline: bool = False) -> Pinned:
+    inputs = resolve_inputs(config, offline=offline)
+    tokenizer = load_tokenizer(inputs.tokenizer_dir)
+    renderer = Renderer.for_tokenizer(tokenizer, config.template_kwargs_dict, config.chat_template_name,
+                                      config.render_timeout)
+    renderer.compile()
+    encoder = Encoder(tokenizer, renderer, config.loss_mask, config.end_of_turn,
+                      generation_stops(inputs.tokenizer_dir, tokenizer), config.history, config.train_turns,
+                      config.stop_tokens_in_fields)
+    return Pinned(config, inputs, packing_for(tokenizer, config), encoder)
+
+
+@dataclass
+class Prepared:
+    """Everything checked and loaded before the first row: what every executor streams from.
+
+    A context manager: the source's bucket files live in a temporary directory until it exits.
+    """
+    config: BuildConfig
+    inputs: ResolvedInputs
+    packing: Packing
+    malformed: dict[int, BadConversation]
+    encoder: Encoder
+    spill: Spill
+    spill_dir: tempfile.TemporaryDirectory
+    duplicates: dict[int, BadConversation]  # dedup: exact's, by source row (sources/dedup.py); {} without
+    held_out: dict[int, BadConversation]  # the validation split's (sources/holdout.py); {} without
+
+    @property
+    def dropped_up_front(self) -> dict[int, BadConversation]:
+        """The conversations the first pass found unbuildable (malformed) or dropped (duplicates, the
+        validation split's), by source row."""
+        return {**self.malformed, **self.held_out, **self.duplicates}
+
+    def conversations(self) -> Iterator[Conversation]:
+        """The stream in permutation order, the conversations dropped up front marked."""
+        return marked(self.spill.conversations(), self.dropped_up_front)
+
+    def batches(self, size: int, by_reference: bool) -> Iterator[list[Conversation] | SpilledBatch]:
+        """conversations() cut into batches of `size`: as references into the spill, read by whoever encodes
+        them (`by_reference`: worker processes), else read here in bulk, the cheaper way for one reader."""
+        if by_reference:
+            return self.spill.batches(size, self.dropped_up_front)
+        return batches(self.conversations(), size)
+
+    def __enter__(self) -> Prepared:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.spill_dir.cleanup()
+
+
+def prepare(config: BuildConfig, offline: bool = False, window: int = DEFAULT_WINDOW,
+            spill_prefix: int | None = None, pinned: Pinned | None = None,
+            exclude: tuple[set[int], set[str], set[bytes]] | None = None) -> Prepared:
+    """Resolve and check the inputs, load the tokenizer (unless `pinned` has), and make the first
+    pass over the source: it checks every conversation and spills the stream's expected prefix
+    (`spill_prefix` overrides it). Nothing is rendered before this. `exclude`: the validation split's
+    rows, ids and content keys, which this stream drops."""
+    pinned = pinned or pin(config, offline)
+    inputs = pinned.inputs
+    placed = placement(*inputs.selections, config.seed)
+    spill_dir = spill_folder()
+    try:
+        keys = config.dedup == "exact" or config.validation is not None  # content keys: dedup, the split's check
+        spill = Spill(inputs.source_files, placed, window, Path(spill_dir.name), keys=keys)
+        if spill_prefix is None:
+            spill_prefix = (placed.size if config.rows is None else  # rows: all reads the whole stream
+                            expected_prefix(inputs.source_files, placed, config.rows * config.row_tokens))
+        found = on_bad_conversation(config.on_bad_conversation, spill.check_and_spill(spill_prefix))
+        malformed = {bad.index: bad for bad in found}
+        files = list(inputs.source_files)
+        held_out = held_out_conversations(spill.keys, *exclude, files) if exclude else {}
+        duplicates = find_duplicates({i: k for i, k in spill.keys.items() if i not in held_out}, files) if \
+            config.dedup == "exact" else {}
+    except BaseException:
+        spill_dir.cleanup()
+        raise
+    return Prepared(config, inputs, pinned.packing, malformed, pinned.encoder, spill, spill_dir, duplicates, held_out)
+
+
+@dataclass(frozen=True)
+class Split:
+    """The validation split of a build: its own build (the held-out rows of each source, every one once,
+    rows: all) and what the training build drops for it (rows, ids)."""
+    pinned: Pinned
+    rows: set[int]  # held-out rows, numbered across every source's files
+    ids: set[str]
+
+
+def validation_split(pinned: Pinned) -> Split:
+    """The split of `pinned`'s config (sources/holdout.py): its build is the config renamed NAME.validation,
+    rows: all, over each source's held-out rows (in place of its take)."""
+    config, inputs = pinned.config, pinned.inputs
+    held, ids = held_out_rows(inputs.sources, config.validation)
+    sources = tuple(replace(s, selected=rows) for s, rows in zip(inputs.sources, held))
+    vconfig = replace(config, name=f"{config.name}.validation", rows=None, split="validation")
+    return Split(Pinned(vconfig, replace(inputs, sources=sources), pinned.packing, pinned.encoder),
+                 {s.first_index + int(r) for s, rows in zip(inputs.sources, held) for r in rows},
+                 {i for source_ids, rows in zip(ids, held) for i in (source_ids[int(r)] for r in rows)})
