@@ -266,3 +266,20 @@ def test_a_worker_with_another_transformers_than_the_build_is_refused_in_one_lin
     assert (f"error: an encode process imported jinja2 from {Path(jinja2.__file__)}, the build's process from "
             f"{shadow / 'jinja2' / '__init__.py'}") in done.stderr
     assert not (tmp_path / "out" / "muse-spark-tiny-fixed512-v1.parquet").exists()
+
+
+def test_a_long_tmpdir_builds_with_spawned_workers(tmp_path, tiny_build):
+    """The fork server's Unix socket lives under $TMPDIR and its path may not pass 107 bytes: under a
+    longer $TMPDIR (a deep scratch folder) the workers are spawned instead, and the build is the same.
+    In a process of its own: the test session's fork server, once started, serves every later build."""
+    from conftest import REPO, TINY
+
+    deep = tmp_path / ("scratch-" + "d" * 40) / ("job-" + "e" * 40)
+    deep.mkdir(parents=True)
+    assert len(os.fsencode(str(deep))) > 107 - len("/pymp-XXXXXXXX/listener-XXXXXXXX")
+    done = subprocess.run([sys.executable, "-m", "databuild", "make", TINY, "--out", str(tmp_path / "out"),
+                           "--workers", "2"], cwd=REPO, capture_output=True, text=True,
+                          env={**os.environ, "DATABUILD_CORES": "8", "TMPDIR": str(deep)})
+    assert done.returncode == 0, done.stderr
+    assert "2 processes" in done.stdout + done.stderr
+    assert (tmp_path / "out" / f"{TINY}.parquet").read_bytes() == tiny_build.parquet.read_bytes()

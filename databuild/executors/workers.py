@@ -11,6 +11,7 @@ import os
 import pickle
 import signal
 import sys
+import tempfile
 import threading
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import fields
@@ -44,11 +45,18 @@ _worker_ended = None  # in a worker process: the build's Event, set when its enc
 SHARED_IMPORTS = ("numpy", "tokenizers", "jinja2", "transformers.utils.chat_template_utils")
 
 
+# The fork server listens on a Unix socket at $TMPDIR/pymp-XXXXXXXX/listener-XXXXXXXX (multiprocessing's
+# names), and a Unix socket's path holds at most 107 bytes: a longer $TMPDIR than this leaves no room.
+FORK_SERVER_TMPDIR_BYTES = 107 - len("/pymp-XXXXXXXX/listener-XXXXXXXX")
+
+
 def worker_context() -> multiprocessing.context.BaseContext:
     """How worker processes start: forked from multiprocessing's fork server, which imports SHARED_IMPORTS
     once and never runs a tokenizer (the Rust thread pool does not survive a fork, so the build's own
-    process must not be forked); spawned, each importing everything, where there is no fork server."""
-    if "forkserver" not in multiprocessing.get_all_start_methods():
+    process must not be forked); spawned, each importing everything, where there is no fork server or
+    where $TMPDIR's path is too long for its socket (the build is the same, its workers slower to start)."""
+    if "forkserver" not in multiprocessing.get_all_start_methods() or \
+            len(os.fsencode(tempfile.gettempdir())) > FORK_SERVER_TMPDIR_BYTES:
         return multiprocessing.get_context("spawn")
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(list(SHARED_IMPORTS))
