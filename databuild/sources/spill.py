@@ -35,7 +35,8 @@ from ..sources.mixture import Placement
 from ..utils.machine import available_cores
 from ..sources.spill_folder import tmpdir_full
 from .record import COLUMNS
-from .reader import RECORD_COUNTS, SourceFile, check_batch, iter_batches, with_valid_utf8
+from .reader import SourceFile, iter_batches
+from .row_checks import RECORD_COUNTS, check_batch, with_valid_utf8
 from ..records.conversation import Conversation
 from .spilled import SpilledBatch, open_bucket, read_bucket, spilled_batch
 

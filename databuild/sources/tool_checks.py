@@ -19,7 +19,7 @@ from .record import call_function, parse_json
 # name: (the values it takes, the default first)
 RULE_VALUES = {"struct_nulls": ("refuse", "drop"), "invalid_tool_arguments": ("refuse", "keep"),
                "undeclared_tool_calls": ("refuse", "keep")}
-# What the check pass counts of each conversation built (besides sources/reader.py's record counts)
+# What the check pass counts of each conversation built (besides sources/row_checks.py's record counts)
 TOOL_COUNTS = ("conversations_with_undeclared_tools", "tool_calls_invalid_arguments", "tool_calls_undeclared")
 
 
