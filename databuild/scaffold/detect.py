@@ -17,7 +17,7 @@ from ..errors import BuildError
 from ..sources.formats import FORMATS
 from ..sources.formats.adapter import Adapter
 from ..sources.formats.messages import MessageColumn
-from ..sources.formats.adapter import is_string
+from ..sources.formats.values import is_string
 from ..sources.tool_checks import DataRules
 from ..sources.json_files import Unparsed, is_json
 from ..sources.json_files import rows as json_rows

@@ -11,7 +11,8 @@ import pyarrow as pa
 
 from ..record import EXTRA_FIELDS
 from ..tool_checks import DataRules
-from .adapter import Adapter, Flat
+from .adapter import Adapter
+from .values import Flat
 
 # key: default. The mapping names the file's column or message field for each part of the record.
 COLUMN_KEYS = {"messages": "messages", "role": "role", "content": "content",

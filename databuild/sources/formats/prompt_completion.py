@@ -14,7 +14,8 @@ import numpy as np
 import pyarrow as pa
 
 from ..tool_checks import DataRules
-from .adapter import Adapter, Flat, is_string
+from .adapter import Adapter
+from .values import Flat, is_string
 
 ROLE_OF_STRING = {"prompt": "user", "completion": "assistant"}
 

@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 
 from ...errors import quoted
 from ..record import not_json, parse_json, tool_call_problem
-from .adapter import Flat, INVALID_UTF8, is_string, python_values, row_of
+from .values import Flat, INVALID_UTF8, is_string, python_values, row_of
 from .messages import MessageColumn
 
 ROLE_OF = {"human": "user", "user": "user", "User": "user",
