@@ -163,6 +163,33 @@ def verify_cli(*args):
     return result
 
 
+def run(*args):
+    """`databuild ARGS` through click's CliRunner, in this process: its result (exit code, output)."""
+    from databuild.cli import main
+
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+BFD_WINDOW = 64  # 300 fixture conversations: several windows, the last one partly used
+
+
+@pytest.fixture(scope="module")
+def bfd_config(tmp_path_factory):
+    """The tiny config with `packing: bfd` (window BFD_WINDOW)."""
+    from databuild.config import load_config
+
+    return load_config(write_config(tmp_path_factory.mktemp("bfd") / "bfd.yaml", packing="bfd",
+                                    packing_window=BFD_WINDOW))
+
+
+@pytest.fixture(scope="module")
+def bfd_build(bfd_config, tmp_path_factory):
+    """bfd_config built, once per test module."""
+    from databuild.build import make
+
+    return make(bfd_config, tmp_path_factory.mktemp("bfd-out"), progress=False)
+
+
 def supervised_runs(tokenizer, ids, mask) -> list[str]:
     """The decoded text of each maximal run of supervised tokens."""
     edges = np.flatnonzero(np.diff(np.concatenate([[0], mask, [0]])))

@@ -11,24 +11,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from bfd_reference import reference_bfd
-from conftest import TINY, TINY_LOCK, write_config
+from conftest import BFD_WINDOW, TINY, TINY_LOCK, write_config
 from databuild.build import make
 from databuild.config import load_config
 from databuild.publish.recipe import recipe_values
 from databuild.verify import gather, verify
 from test_build import independent_conversations, run_cli
-
-WINDOW = 64  # 300 fixture conversations: several windows, the last one partly used
-
-
-@pytest.fixture(scope="module")
-def bfd_config(tmp_path_factory):
-    return load_config(write_config(tmp_path_factory.mktemp("bfd") / "bfd.yaml", packing="bfd", packing_window=WINDOW))
-
-
-@pytest.fixture(scope="module")
-def bfd_build(bfd_config, tmp_path_factory):
-    return make(bfd_config, tmp_path_factory.mktemp("bfd-out"), progress=False)
 
 
 def test_the_production_verifier_accepts_it(bfd_build):
@@ -60,19 +48,19 @@ def test_whole_conversations_full_rows_and_padding_that_is_never_a_target(bfd_bu
         + padding
     assert bfd_build.data["continued_rows"] == []
     assert bfd_build.data["build"]["packing"] == {
-        "policy": "bfd", "window": WINDOW, "overlong": "drop",
+        "policy": "bfd", "window": BFD_WINDOW, "overlong": "drop",
         "pad": {"token": "<|endoftext|>", "id": tokenizer.pad_token_id, "from": "tokenizer"}}
 
 
 def test_rows_match_an_independent_rebuild(bfd_build, tokenizer, source_conversations):
     conversations = list(independent_conversations(tokenizer, source_conversations))
-    expected, counts = reference_bfd(conversations, 512, tokenizer.eos_token_id, tokenizer.pad_token_id, WINDOW)
+    expected, counts = reference_bfd(conversations, 512, tokenizer.eos_token_id, tokenizer.pad_token_id, BFD_WINDOW)
     table = pq.read_table(bfd_build.parquet)
     assert table.to_pylist() == expected[:40]
     # the build reads whole windows: its counts are those of the windows it took
-    windows = -(-bfd_build.data["counts"]["conversations_read"] // WINDOW)
-    taken, taken_counts = reference_bfd(conversations[:windows * WINDOW], 512, tokenizer.eos_token_id,
-                                        tokenizer.pad_token_id, WINDOW)
+    windows = -(-bfd_build.data["counts"]["conversations_read"] // BFD_WINDOW)
+    taken, taken_counts = reference_bfd(conversations[:windows * BFD_WINDOW], 512, tokenizer.eos_token_id,
+                                        tokenizer.pad_token_id, BFD_WINDOW)
     assert len(taken) >= 40 and taken[:40] == expected[:40]
     assert bfd_build.data["counts"]["overlong_conversations"] == {"dropped": taken_counts["dropped"], "truncated": 0}
     assert taken_counts["dropped"] > 0
@@ -89,12 +77,12 @@ def test_same_bytes_across_workers_batches_and_source_windows(bfd_build, bfd_con
 
 def test_truncate_keeps_each_overlong_conversation_as_a_full_row_of_its_beginning(tmp_path, tokenizer,
                                                                                   source_conversations):
-    config = load_config(write_config(tmp_path / "t.yaml", packing="bfd", packing_window=WINDOW,
+    config = load_config(write_config(tmp_path / "t.yaml", packing="bfd", packing_window=BFD_WINDOW,
                                       overlong="truncate", pad_token="<|end|>"))
     result = make(config, tmp_path / "out", progress=False)
     conversations = list(independent_conversations(tokenizer, source_conversations))
     pad = tokenizer.convert_tokens_to_ids("<|end|>")
-    expected, _ = reference_bfd(conversations, 512, tokenizer.eos_token_id, pad, WINDOW, "truncate")
+    expected, _ = reference_bfd(conversations, 512, tokenizer.eos_token_id, pad, BFD_WINDOW, "truncate")
     assert pq.read_table(result.parquet).to_pylist() == expected[:40]
     assert result.data["counts"]["overlong_conversations"]["truncated"] > 0
     assert result.data["build"]["packing"]["pad"] == {"token": "<|end|>", "id": pad, "from": "config"}
@@ -121,7 +109,7 @@ def test_a_manifest_with_another_padding_count_does_not_verify(bfd_build, tmp_pa
 def test_the_recipe_block_records_the_policy(bfd_build, tiny_build, tokenizer):
     assert dict(recipe_values(tiny_build.data))[("build", "packing_policy")] == "concat"
     assert dict(recipe_values(bfd_build.data))[("build", "packing_policy")] == (
-        f"bfd (window {WINDOW}, overlong drop, pad <|endoftext|> id {tokenizer.pad_token_id} from tokenizer)")
+        f"bfd (window {BFD_WINDOW}, overlong drop, pad <|endoftext|> id {tokenizer.pad_token_id} from tokenizer)")
 
 
 def test_show_and_report_name_the_padding(bfd_build, tmp_path):

@@ -8,17 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import databuild
-from conftest import write_config
-from databuild.build import make
-from databuild.config import load_config
 from test_export import FORMATS, check_export, native_rows
-
-
-@pytest.fixture(scope="module")
-def bfd_build(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("bfd-export")
-    return make(load_config(write_config(tmp / "bfd.yaml", packing="bfd", packing_window=64)), tmp / "build",
-                progress=False)
 
 
 @pytest.mark.parametrize("fmt", FORMATS)

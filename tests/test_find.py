@@ -8,18 +8,12 @@ import json
 import shutil
 
 import pytest
-from click.testing import CliRunner
 
-from conftest import TOKENIZER_DIR, write_config
+from conftest import TOKENIZER_DIR, run, write_config
 from databuild.build import make
-from databuild.cli import main
 from databuild.config import load_config, resolve_config
 from databuild.errors import BuildError
 from test_local_pins import content_pinned
-
-
-def run(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
 
 
 @pytest.fixture

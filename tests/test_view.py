@@ -10,11 +10,9 @@ import subprocess
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from click.testing import CliRunner
 
-from conftest import TOKENIZER_DIR
+from conftest import TOKENIZER_DIR, run
 from databuild.build import make
-from databuild.cli import main
 from databuild.config import resolve_config
 from databuild.encode.render import load_tokenizer
 from databuild.inputs.tokenizer import tokenizer_dir
@@ -31,10 +29,6 @@ def built(tmp_path_factory):
     manifest = json.loads((out / f"{NAME}.manifest.json").read_text(encoding="utf-8"))
     table = pq.read_table(parquet)
     return parquet, manifest, table
-
-
-def run(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
 
 
 def supervised_runs(output: str) -> list[str]:
