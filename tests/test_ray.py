@@ -111,10 +111,10 @@ def test_a_worker_build_error_is_one_line(ray_instance):
 
 def test_any_other_worker_error_is_one_line_too(ray_instance):
     encoder, conversations = _tiny_stream()
-    # A bug inside the worker (the inferred strategy, on the template taken as untagged, given no stop
-    # tokens: an AttributeError), still not a remote traceback.
-    encoder.loss_mask, encoder.stops = "assistant", None
-    encoder.renderer.tagged = dict.fromkeys(encoder.renderer.tagged, False)
+    # A bug inside the worker (the stop tokens' pattern every strategy checks an answer's fields with,
+    # lost: an AttributeError), still not a remote traceback. (The strategy is looked up when the encoder
+    # is made, since the registry of strategies: setting loss_mask afterwards plants nothing.)
+    encoder.field_stops = None
     with pytest.raises(BuildError, match="^a Ray worker failed: AttributeError: 'NoneType' object has no attribute "
                                          "'search'$"):
         list(ray_encode_batches(batches(conversations(), 16), encoder, 2, None))
