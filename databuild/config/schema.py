@@ -13,7 +13,7 @@ from typing import Any
 
 from ..errors import BuildError
 from ..sources.tool_checks import DataRules
-from ..encode.render import DEFAULT_RENDER_TIMEOUT
+from ..encode.render_limit import DEFAULT_RENDER_TIMEOUT
 
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
@@ -84,7 +84,7 @@ class BuildConfig:
     end_of_turn: tuple[str, ...] = ()  # special tokens closing an assistant turn, besides EOS
     history: str = "expand"  # a template that rewrites history: expand (one sample per turn) or refuse
     stop_tokens_in_fields: str = "refuse"  # an assistant field spelling a stop token: refuse, or train (declared spans)
-    # seconds a render may take (encode/render.py: time_limit); the rows do not depend on it, so no manifest holds it
+    # seconds a render may take (encode/render_limit.py); the rows do not depend on it, so no manifest holds it
     render_timeout: float = field(default=DEFAULT_RENDER_TIMEOUT, compare=False)
     dedup: str = "none"  # exact: conversations the same after sources/dedup.py's normalisation kept once
     train_turns: str = "all"  # which of the supervised turns train: all, last, flagged (encode/turns.py)

@@ -19,7 +19,8 @@ from ..encode.inference import (DEFAULT_HISTORY, HistoryRewritten, Sample, StopT
                                 stop_pattern)
 from ..encode.masks import spans_to_mask
 from ..encode.placement import MaskError
-from ..encode.render import Renderer, RenderTimedOut
+from ..encode.render import Renderer
+from ..encode.render_limit import RenderTimedOut
 from ..encode.strategies import strategy_for
 from ..encode.turns import DEFAULT_TRAIN_TURNS, NoTrainedTurn, selected, tagged_turns, without_flags
 from ..records.problems import (HISTORY_REWRITTEN, MASK_ERROR, NO_TRAINED_TURN, STOP_TOKEN_IN_FIELD, TEMPLATE_ERROR,
