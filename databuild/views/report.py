@@ -2,74 +2,25 @@
 
 Self-contained: inline CSS, hand-written inline SVG, no script, font, style or image from anywhere,
 so the page opens air-gapped, can be mailed, and can be archived with the build. It holds no time
-stamp, so the same file gives the same page. Per-row figures stream the parquet one row group at a
-time reading only loss_mask, seq_start_id and conversation_ids (not the token ids); numpy does the
-per-token work.
+stamp, so the same file gives the same page. Its per-row figures come from views/row_stats.py.
 """
 
 from __future__ import annotations
 
 import html
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..publish.funnel import data_notes
 from ..views.charts import chart_grid, funnel_chart
 from ..errors import BuildError
-from ..records.row import PADDING_ID
-from ..rowfile.read import open_parquet, read_rows, row_groups
+from ..rowfile.read import open_parquet, read_rows
 from ..publish.manifest_read import manifest_beside
 from ..inputs.tokenizer import tokenizer_dir
+from .row_stats import RowStats, row_stats
 from .show import check_decodable, compose, decode_spans, id_texts, printable, row_header, spans
-
-
-
-@dataclass(frozen=True)
-class RowStats:
-    tokens: np.ndarray  # per row: its length
-    supervised: np.ndarray  # per row: target tokens
-    segments: np.ndarray  # per row: conversation segments (len(seq_start_id), the padding segment left out)
-    segment_lengths: np.ndarray  # every conversation segment of every row, in file order
-    padding: np.ndarray  # per row: tokens of its padding segment (conversation id "")
-
-
-def _flat(column) -> tuple[np.ndarray, np.ndarray]:
-    array = column.combine_chunks()
-    return (array.flatten().to_numpy(zero_copy_only=False),
-            pc.list_value_length(array).to_numpy(zero_copy_only=False).astype(np.int64))
-
-
-def group_stats(table) -> RowStats:
-    mask, tokens = _flat(table.column("loss_mask"))
-    starts, counts = _flat(table.column("seq_start_id"))
-    if len(tokens) and (tokens == tokens[0]).all():  # the usual fixed-length rows: one 2-D count
-        supervised = np.count_nonzero(mask.reshape(len(tokens), -1), axis=1).astype(np.int64)
-    else:  # any row lengths: differences of one running sum at the row offsets, still no loop
-        running = np.concatenate([[0], np.cumsum(mask != 0, dtype=np.int64)])
-        offsets = np.concatenate([[0], np.cumsum(tokens)])
-        supervised = running[offsets[1:]] - running[offsets[:-1]]
-    # a segment ends where the next one in its row starts; a row's last one at the row's end
-    ends = np.append(starts[1:], 0).astype(np.int64)
-    ends[np.cumsum(counts)[counts > 0] - 1] = tokens[counts > 0]
-    ids, _ = _flat(table.column("conversation_ids"))
-    is_padding = ids == PADDING_ID
-    rows_of = np.repeat(np.arange(len(counts)), counts)
-    padding = np.bincount(rows_of[is_padding], (ends - starts)[is_padding], minlength=len(counts)).astype(np.int64)
-    return RowStats(tokens, supervised, counts - np.bincount(rows_of[is_padding], minlength=len(counts)),
-                    (ends - starts)[~is_padding], padding)
-
-
-def row_stats(parquet: pq.ParquetFile, path: Path) -> RowStats:
-    parts = []
-    for _, table in row_groups(parquet, path, ["loss_mask", "seq_start_id", "conversation_ids"]):  # checked: a null
-        parts.append(group_stats(table))  # would count as a number
-    fields = ("tokens", "supervised", "segments", "segment_lengths", "padding")
-    return RowStats(*(np.concatenate([getattr(p, f) for p in parts] or [np.zeros(0, np.int64)]) for f in fields))
 
 
 def viewer(parquet: pq.ParquetFile, path: Path, manifest: dict | None, count: int, tokenizer, note: str) -> str:
