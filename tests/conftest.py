@@ -6,6 +6,7 @@ tests/support/, importable by name."""
 from __future__ import annotations
 
 import json
+import shutil
 import os
 import sys
 from collections import Counter, defaultdict
@@ -195,3 +196,13 @@ def supervised_runs(tokenizer, ids, mask) -> list[str]:
     edges = np.flatnonzero(np.diff(np.concatenate([[0], mask, [0]])))
     return [tokenizer.decode(ids[a:b].tolist(), skip_special_tokens=False, clean_up_tokenization_spaces=False)
             for a, b in zip(edges[::2], edges[1::2])]
+
+
+@pytest.fixture(scope="session")
+def tools_tokenizer(tmp_path_factory) -> Path:
+    """The fixture tokenizer with the Qwen-style template that renders tools, tool calls, tool results
+    and <think> reasoning, with generation tags (tests/fixtures/templates/qwen_tools_think.jinja)."""
+    directory = tmp_path_factory.mktemp("tok") / "qwen-tools"
+    shutil.copytree(TOKENIZER_DIR, directory)
+    shutil.copy(TEMPLATES / "qwen_tools_think.jinja", directory / "chat_template.jinja")
+    return directory

@@ -9,7 +9,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -19,8 +18,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import TEMPLATES, TOKENIZER_DIR, write_config
-from databuild.build import make, prepare
+from conftest import write_config
+from databuild.build import make
+from databuild.prepare import prepare
 from databuild.config import load_config
 from databuild.encode.render import Renderer, load_tokenizer
 from databuild.errors import BuildError
@@ -70,16 +70,6 @@ def conversations(arguments_as_text: bool) -> list[tuple[list[dict], list | None
     for k in range(6):
         out += [(agentic(k, arguments_as_text), [WEATHER, CLOCK]), (reasoning_only(k), None), (plain(k + 1), [])]
     return out
-
-
-@pytest.fixture(scope="module")
-def tools_tokenizer(tmp_path_factory) -> Path:
-    """The fixture tokenizer with the Qwen-style template that renders tools, tool calls, tool results
-    and <think> reasoning, with generation tags (tests/fixtures/templates/qwen_tools_think.jinja)."""
-    directory = tmp_path_factory.mktemp("tok") / "qwen-tools"
-    shutil.copytree(TOKENIZER_DIR, directory)
-    shutil.copy(TEMPLATES / "qwen_tools_think.jinja", directory / "chat_template.jinja")
-    return directory
 
 
 def config_for(tmp_path: Path, tokenizer: Path, source: Path, fmt, rows: int, row_tokens: int = ROW_TOKENS,

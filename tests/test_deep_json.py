@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from test_agentic_sources import WHERE, refused_build, tools_tokenizer  # noqa: F401 (a fixture)
+from test_agentic_sources import WHERE, refused_build
 
 DEEP = 100_000  # levels: a RecursionError, before, wherever JSON text was parsed or walked
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import socket
 import time
-from pathlib import Path
 
 from conftest import TINY
 from hub_server import HubServer

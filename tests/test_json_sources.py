@@ -18,8 +18,7 @@ from databuild.build import make, prepare
 from databuild.config import load_config
 from databuild.encode.render import load_tokenizer
 from databuild.errors import BuildError
-from test_agentic_sources import (CLOCK, WEATHER, agentic, config_for, conversations, plain, stream_rows,  # noqa: F401
-                                  tools_tokenizer)
+from test_agentic_sources import CLOCK, WEATHER, config_for, conversations, stream_rows
 
 
 def rows_of(arguments_as_text: bool) -> list[dict]:

@@ -4,9 +4,7 @@ out of range), and show, report and diff refuse a row holding such an id in one 
 from __future__ import annotations
 
 import json
-import shutil
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from test_agentic_sources import WHERE, call, refused_build, tools_tokenizer  # noqa: F401 (a fixture)
+from test_agentic_sources import WHERE, call, refused_build
 
 GOOD = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
 UNKNOWN = "message 1: unknown role 'asistant' (expected one of system, developer, user, assistant, tool)"

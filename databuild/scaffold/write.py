@@ -134,7 +134,7 @@ def compose(options: InitOptions, tokenizer: Located, inspected: Inspected,
     if options.validation is not None:
         key = "share" if isinstance(options.validation, float) else "count"
         config["validation"] = CommentedMap([(key, options.validation), ("seed", 0)])
-        config.yaml_add_eol_comment(f"held out of each source by sha256(seed:id) into NAME.validation.parquet; "
+        config.yaml_add_eol_comment("held out of each source by sha256(seed:id) into NAME.validation.parquet; "
                                     "none of it trains", "validation")
     config["on_bad_conversation"] = options.on_bad_conversation
     config.yaml_add_eol_comment(

@@ -28,7 +28,6 @@ import pyarrow as pa
 import pyarrow.ipc  # noqa: F401  (pa.ipc)
 from tqdm import tqdm
 
-from ..errors import BuildError
 from ..records.problems import BadConversation
 from ..sources.dedup import batch_keys
 from ..sources.mixture import Placement
