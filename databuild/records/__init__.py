@@ -1,5 +1,6 @@
 """The records floor: the types that cross stages, below every stage and imported downward by all.
 
+`origin`: where a conversation came from (stream position, source row, id, source).
 `conversation`: the conversation record and, past the tokenizer, the tokenized conversation.
 `problems`: what can happen to a conversation: the problem kinds with their reasons and fixes, the
 bad conversation named by source, file, row and id, `on_bad_conversation` applied, the refusals.
