@@ -28,6 +28,7 @@ from typing import Any
 from tqdm import tqdm
 
 from .config import BuildConfig
+from .errors import BuildError
 from .encode.encoder import Encoder
 from .executors import Encoding, encoding_on
 from .rowfile.hashes import RowsHasher, SegmentsHasher
@@ -103,6 +104,8 @@ def make(config: BuildConfig, out_dir: Path, *, force: bool = False, offline: bo
          progress: bool | None = None, executor: str = "local", ray_address: str | None = None) -> BuildResult:
     """Build config into out_dir/NAME.parquet, unless the build there is up to date (`force`: build anyway).
     `workers` None: the machine's default (executors/cores.py)."""
+    if config.task != "sft":
+        raise BuildError(f"{config.path}: task: {config.task}: make does not build it yet")
     started = time.perf_counter()
     final = Path(out_dir) / f"{config.name}.parquet"
     remove_stale_spill_folders()  # a killed build's, whether or not this one builds

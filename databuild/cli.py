@@ -63,7 +63,10 @@ def list_configs():
         sources = " + ".join((f"{s.repo}@{s.revision[:12]}" if s.repo else f"{s.dir} (local)")
                              + (f" (take {s.take})" if s.take is not None else "")
                              + (f" [{s.format}]" if s.format != "messages" else "") for s in config.sources)
-        click.echo(f"{name}\t{config.rows_spelled} rows x {config.row_tokens} tokens\t{sources}\t{path}")
+        shape = (f"{config.rows_spelled} rows x {config.row_tokens} tokens" if config.task == "sft" else
+                 f"{config.rows_spelled} pairs, prompt <= {config.prompt_tokens}, sequence <= "
+                 f"{config.sequence_tokens} tokens")
+        click.echo(f"{name}\t{shape}\t{sources}\t{path}")
     if broken:
         raise BuildError(f"{len(broken)} config(s) do not load: {', '.join(broken)} (the BROKEN lines above say why)")
 

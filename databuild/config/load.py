@@ -14,6 +14,7 @@ from ruamel.yaml.error import YAMLError
 from ..errors import BuildError
 from .checks import _choice, _fail, _reject_unknown, _take
 from .schema import BAD_CONVERSATION_POLICIES, DEFAULT_RENDER_TIMEOUT, ROWS_ALL, STOP_TOKEN_POLICIES, BuildConfig
+from .preference import preference_keys, task_of
 from .sources import _sources, _tokenizer
 
 
@@ -29,7 +30,8 @@ def _check_date(where: str, value) -> None:
 TOP_KEYS = {"name", "description", "source", "sources", "tokenizer", "template_kwargs", "loss_mask", "seed",
             "row_tokens", "rows", "separator", "on_bad_conversation", "chat_template_name", "end_of_turn",
             "packing", "packing_window", "overlong", "pad_token", "history", "render_timeout", "dedup",
-            "train_turns", "stop_tokens_in_fields", "validation"}
+            "train_turns", "stop_tokens_in_fields", "validation", "task", "prompt_tokens", "sequence_tokens",
+            "overlong_prompt"}
 # What the machine can index: row offsets are int32 (seq_start_id), token counts int64, and seeds an
 # int64 for every reader of the manifest and the recipe.
 BOUNDS = {"row_tokens": 2**31 - 1, "rows": 2**63 - 1, "seed": 2**63 - 1}
@@ -160,6 +162,7 @@ def load_config(path: str | os.PathLike) -> BuildConfig:
     if not isinstance(raw, dict):
         raise BuildError(f"{where}: expected a mapping at the top level")
     _reject_unknown(raw, TOP_KEYS, where)
+    task = task_of(raw, where)  # a key of the other task refused here
     _take(raw, "description", str, where, None)  # free text for people, in no manifest: but text
     base = path.parent
     kwargs = _take(raw, "template_kwargs", dict, where, {})
@@ -193,7 +196,7 @@ def load_config(path: str | os.PathLike) -> BuildConfig:
         template_kwargs=tuple(sorted((str(k), v) for k, v in kwargs.items())),
         loss_mask=loss_mask,
         seed=_take(raw, "seed", int, where),
-        row_tokens=_take(raw, "row_tokens", int, where),
+        row_tokens=_take(raw, "row_tokens", int, where) if task == "sft" else None,
         rows=_rows(raw, where),
         separator=_take(raw, "separator", str, where, None),
         on_bad_conversation=policy,
@@ -207,6 +210,8 @@ def load_config(path: str | os.PathLike) -> BuildConfig:
         dedup=dedup,
         train_turns=train_turns,
         validation=_validation(raw, where),
+        task=task,
+        **(preference_keys(raw, where) if task == "preference" else {}),
     )
     if not re.match(r"^[A-Za-z0-9._-]+$", config.name):
         raise _fail(where, "name", config.name, "use letters, digits, '.', '_' and '-' only")
@@ -218,7 +223,7 @@ def load_config(path: str | os.PathLike) -> BuildConfig:
     for key, bound in BOUNDS.items():
         if getattr(config, key) is not None and getattr(config, key) > bound:
             raise _fail(where, key, getattr(config, key), f"must be at most {bound}")
-    if config.rows is not None and config.rows * config.row_tokens > BOUNDS["rows"]:
+    if config.rows is not None and config.row_tokens is not None and config.rows * config.row_tokens > BOUNDS["rows"]:
         raise _fail(where, "rows", config.rows, f"rows x row_tokens must be at most {BOUNDS['rows']}")
     if config.separator == "":
         raise _fail(where, "separator", "", "name a token, or leave the key out for the tokenizer's EOS")

@@ -70,7 +70,7 @@ class BuildConfig:
     tokenizer: TokenizerSpec
     loss_mask: str
     seed: int
-    row_tokens: int
+    row_tokens: int | None  # None on a preference build (task: preference), which writes one pair per row
     rows: int | None  # None: `rows: all`, every row the sources give
     template_kwargs: tuple[tuple[str, Any], ...] = ()
     separator: str | None = None  # a token string; None means the tokenizer's EOS token
@@ -90,6 +90,10 @@ class BuildConfig:
     train_turns: str = "all"  # which of the supervised turns train: all, last, flagged (encode/turns.py)
     validation: Any = None  # a ValidationSpec (sources/holdout.py): the held-out split; None: no split
     split: str = "train"  # which split this build writes: train, or validation (the held-out conversations)
+    task: str = "sft"  # sft (packed rows), or preference (one pair per row: config/preference.py)
+    prompt_tokens: int | None = None  # preference: the most tokens of a prompt (None on an SFT build)
+    sequence_tokens: int | None = None  # preference: the most tokens of a prompt and one completion
+    overlong_prompt: str | None = None  # preference: drop or cut_left, for a prompt over prompt_tokens
 
     @property
     def rows_spelled(self) -> int | str:
