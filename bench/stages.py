@@ -48,7 +48,6 @@ def main(argv=None) -> None:
 
     with stage("import databuild + transformers"):
         import transformers.utils.chat_template_utils  # noqa: F401
-        from transformers import AutoTokenizer  # noqa: F401
         from dataclasses import replace
 
         from databuild.prepare import DEFAULT_WINDOW

@@ -310,10 +310,8 @@ def run_peer(job: dict) -> dict:
 
 
 def run_make(job: dict) -> dict:
-    # Modules imported outside the timing, as (a) and (b) import them: loading code is not build work.
-    import transformers.utils.chat_template_utils  # noqa: F401
-    from transformers import AutoTokenizer  # noqa: F401
-
+    # What make imports, imported before it is timed (its start_and_imports_seconds counts them): not
+    # transformers.AutoTokenizer, which databuild no longer imports (it imports torch where torch is installed).
     import databuild
     import databuild.build
     from databuild.build import make

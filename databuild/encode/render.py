@@ -49,13 +49,21 @@ def pinned_strftime(current_date: str | None):
 
 
 def load_tokenizer(directory: Path):
-    """transformers' fast tokenizer from a local directory (already resolved and hash-checked)."""
-    from transformers import AutoTokenizer
+    """transformers' fast tokenizer from a local directory (already resolved and hash-checked): the class
+    AutoTokenizer would load, found without importing torch where it can be (tokenizer_class.py)."""
     from transformers.utils import logging as hf_logging
+
+    from .tokenizer_class import tokenizer_class
 
     hf_logging.set_verbosity_error()
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
+        chosen = tokenizer_class(Path(directory))
+        if chosen is None:
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
+        else:
+            tokenizer = chosen[0].from_pretrained(str(directory), local_files_only=True, **chosen[1])
     except Exception as exc:  # transformers and tokenizers raise many kinds (KeyError, bare Exception) on bad files
         raise BuildError(f"{directory}: cannot load tokenizer: {type(exc).__name__}: {exc}") from None
     if not getattr(tokenizer, "is_fast", False):
