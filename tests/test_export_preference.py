@@ -1,0 +1,60 @@
+"""The preference export's cut (databuild/export/preference.py), on hand-made native rows: a
+completion's untrained head joins the prompt, its untrained tail is left out and counted, the tokens
+between are its targets; a completion with an untrained token between targets, a pair whose heads
+differ, and a completion without a target are each refused in one line naming the row, the id and
+the side. TRL's reading of the result is tests/test_trl_preference_run.py (optional: torch, trl)."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from databuild.errors import BuildError
+from databuild.export.preference import DPO_SCHEMA, KTO_SCHEMA, dpo_table, kto_table
+
+
+def pairs(*rows) -> pa.Table:
+    """rows of (id, prompt ids, chosen ids, chosen mask, rejected ids, rejected mask)."""
+    names = ["id", "prompt_input_ids", "chosen_input_ids", "chosen_loss_mask", "rejected_input_ids", "rejected_loss_mask"]
+    kinds = [pa.string(), *[pa.list_(pa.int32()), pa.list_(pa.int32()), pa.list_(pa.int8())], pa.list_(pa.int32()),
+             pa.list_(pa.int8())]
+    return pa.table({n: pa.array([r[i] for r in rows], type=k) for i, (n, k) in enumerate(zip(names, kinds))})
+
+
+def test_head_joins_the_prompt_and_tail_is_counted():
+    table = pairs(("a", [1, 2], [7, 8, 30, 31, 9], [0, 0, 1, 1, 0], [7, 8, 40, 9, 9], [0, 0, 1, 0, 0]),
+                  ("b", [3], [50, 51], [1, 1], [60], [1]))
+    out, tail = dpo_table(table, 0, "f.parquet")
+    assert out.schema.equals(DPO_SCHEMA)
+    assert out.to_pylist() == [
+        {"id": "a", "prompt_ids": [1, 2, 7, 8], "chosen_ids": [30, 31], "rejected_ids": [40]},
+        {"id": "b", "prompt_ids": [3], "chosen_ids": [50, 51], "rejected_ids": [60]},
+    ]
+    assert tail == 3  # one after the chosen's last target, two after the rejected's
+
+
+@pytest.mark.parametrize("row, message", [
+    (("m", [1], [30, 5, 31], [1, 0, 1], [40], [1]),
+     "f.parquet: row 12 (id m), chosen: refused: token 1 of the completion is not a target but lies between targets"),
+    (("h", [1], [7, 30], [0, 1], [8, 40], [0, 1]),
+     "f.parquet: row 12 (id h): refused: the chosen and the rejected completion begin with different untrained tokens"),
+    (("e", [1], [30], [1], [40, 41], [0, 0]),
+     "f.parquet: row 12 (id e), rejected: refused: the completion has no target"),
+])
+def test_refusals_name_row_id_and_side(row, message):
+    with pytest.raises(BuildError) as raised:
+        dpo_table(pairs(("ok", [1], [30], [1], [40], [1]), row), 11, "f.parquet")
+    assert str(raised.value).startswith(message)
+    assert "\n" not in str(raised.value)
+
+
+def test_unpaired_rows_keep_their_label():
+    table = pa.table({"id": ["u", "v"], "prompt_input_ids": pa.array([[1], [2, 3]], pa.list_(pa.int32())),
+                      "completion_input_ids": pa.array([[7, 30, 9], [40]], pa.list_(pa.int32())),
+                      "completion_loss_mask": pa.array([[0, 1, 0], [1]], pa.list_(pa.int8())),
+                      "label": [True, False]})
+    out, tail = kto_table(table, 0, "f.parquet")
+    assert out.schema.equals(KTO_SCHEMA)
+    assert out.to_pylist() == [{"id": "u", "prompt_ids": [1, 7], "completion_ids": [30], "label": True},
+                               {"id": "v", "prompt_ids": [2, 3], "completion_ids": [40], "label": False}]
+    assert tail == 1

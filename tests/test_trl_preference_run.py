@@ -1,0 +1,173 @@
+"""TRL itself (when torch and trl are installed; neither is in requirements.lock or CI) reads the
+preference export: tested against trl 1.9.0 (huggingface/trl@f2cd5771's trainer files, the same),
+torch 2.14.1, transformers 5.24.0. DPOTrainer, built as the written script builds it, over a tiny
+randomly initialised Llama in float64 on CPU: its per-sequence log-probability sums over the chosen
+and rejected completions (its own precompute_ref_log_probs pass, TRL's collator and masking) equal
+sums computed here from the native rows alone (the prompt and completion run as one sequence,
+log-softmax, summed where the native loss mask is 1), within 1e-9 (measured: below 1e-12 in float64);
+after training steps against a frozen reference, its loss on a batch equals the DPO loss from those
+independent sums; and the written script trains on this machine as it is.
+"""
+
+from __future__ import annotations
+
+import copy
+import runpy
+import subprocess
+import sys
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import TOKENIZER_DIR
+from databuild.export.trl_preference import DpoFormat
+
+torch = pytest.importorskip("torch", reason="torch is not installed (an optional test: pip install torch trl==1.9.0)")
+trl = pytest.importorskip("trl", reason="trl is not installed (an optional test: pip install trl==1.9.0)")
+
+TOLERANCE = 1e-9  # float64 sums of a few dozen log-probabilities: rounding is about 1e-13
+DATE = {"current_date": "2026-01-01"}
+
+PAIRS = [  # (prompt messages, chosen reply, rejected reply)
+    ([("user", "Hi there")], "Hello, friend.", "Go away."),
+    ([("system", "Be brief."), ("user", "What is 2+2?")], "4", "It is five, I think, but I am not sure at all."),
+    ([("user", "Name a colour."), ("assistant", "Blue."), ("user", "Another one?")], "Red.", "Blue again."),
+    ([("user", "Say a long sentence about the sea and the sky.")],
+     "The sea is wide and grey, and the sky above it turns slowly from blue to gold.", "No."),
+    ([("user", "Count to three.")], "1, 2, 3", "1, 2, 4"),
+]
+
+
+def messages(pairs):
+    return [{"role": role, "content": text} for role, text in pairs]
+
+
+def native_pairs(tokenizer) -> pa.Table:
+    """Preference rows as the native file holds them: the prompt rendered once, each completion the tokens
+    after it with the template's own generation mask (transformers' return_assistant_tokens_mask)."""
+    rows = {"id": [], "prompt_input_ids": [], "chosen_input_ids": [], "chosen_loss_mask": [],
+            "rejected_input_ids": [], "rejected_loss_mask": []}
+    for number, (prompt, chosen, rejected) in enumerate(PAIRS):
+        prompt_ids = tokenizer.apply_chat_template(messages(prompt), tokenize=True, return_dict=True, **DATE)["input_ids"]
+        rows["id"].append(f"pair-{number}")
+        rows["prompt_input_ids"].append(prompt_ids)
+        for side, reply in (("chosen", chosen), ("rejected", rejected)):
+            whole = tokenizer.apply_chat_template(messages(prompt + [("assistant", reply)]), tokenize=True,
+                                                  return_dict=True, return_assistant_tokens_mask=True, **DATE)
+            assert whole["input_ids"][:len(prompt_ids)] == prompt_ids
+            rows[f"{side}_input_ids"].append(whole["input_ids"][len(prompt_ids):])
+            rows[f"{side}_loss_mask"].append(whole["assistant_masks"][len(prompt_ids):])
+    return pa.table(rows)
+
+
+def tiny_llama(vocab_size: int, dtype=torch.float64):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=512,
+                         initializer_range=1.0, use_cache=False)
+    return LlamaForCausalLM(config).to(dtype).eval()
+
+
+def native_sums(model, native: pa.Table) -> dict[str, np.ndarray]:
+    """Per pair and side: the sum of log p(token | the tokens before it) over the native targets, each
+    prompt + completion run alone, unpadded."""
+    sums = {"chosen": [], "rejected": []}
+    for row in native.to_pylist():
+        for side in sums:
+            ids = row["prompt_input_ids"] + row[f"{side}_input_ids"]
+            mask = np.array([0] * len(row["prompt_input_ids"]) + row[f"{side}_loss_mask"], dtype=bool)
+            with torch.no_grad():
+                logps = torch.log_softmax(model(input_ids=torch.tensor([ids])).logits[0], dim=-1)
+            targets = np.flatnonzero(mask)
+            assert targets.size and targets[0] > 0
+            sums[side].append(float(logps[targets - 1, torch.tensor(ids)[targets]].sum()))
+    return {side: np.array(values) for side, values in sums.items()}
+
+
+@pytest.fixture(scope="module")
+def export(tmp_path_factory):
+    """The export of the native pairs (rows, DPOConfig arguments, script) and the script's trainer class."""
+    from transformers import AutoTokenizer
+    from ruamel.yaml import YAML
+
+    directory = tmp_path_factory.mktemp("dpo")
+    tokenizer = AutoTokenizer.from_pretrained(TOKENIZER_DIR)
+    native = native_pairs(tokenizer)
+    fmt, out = DpoFormat(), directory / "pairs.parquet"
+    pq.write_table(fmt.convert((0, native, "pairs.native.parquet")), out)
+    for name, text in fmt.trainer_config(out, 0, native.num_rows).items():
+        (directory / name).write_text(text)
+    arguments = YAML(typ="safe", pure=True).load((directory / "pairs.dpo.yaml").read_text())
+    script = runpy.run_path(str(directory / "pairs.dpo.py"), run_name="databuild_dpo_script")
+    return directory, out, native, tokenizer, arguments, script["TokenizedDPOTrainer"]
+
+
+def trainer_over(export, model, tmp_path, ref_model=None, **settings):
+    from datasets import load_dataset
+
+    directory, out, native, tokenizer, arguments, trainer_class = export
+    config = trl.DPOConfig(output_dir=str(tmp_path / "run"), report_to=[], save_strategy="no", use_cpu=True,
+                           bf16=False, seed=0, logging_steps=1, per_device_train_batch_size=2,
+                           **{**arguments, **settings})
+    dataset = load_dataset("parquet", data_files=str(out), split="train", cache_dir=str(tmp_path / "cache"))
+    return trainer_class(model=model, ref_model=ref_model, args=config, train_dataset=dataset, processing_class=tokenizer)
+
+
+def test_dpo_trainer_sums_the_native_targets(export, tmp_path):
+    """TRL's own per-sequence sums (its precompute pass: its collator pads pairs of different lengths to
+    the right, its masking keeps the completion) equal the native targets' sums."""
+    native = export[2]
+    model = tiny_llama(len(export[3]))
+    trainer = trainer_over(export, model, tmp_path, precompute_ref_log_probs=True)
+    expected = native_sums(model, native)
+    found = {side: np.array(trainer.train_dataset[f"ref_{side}_logps"]) for side in ("chosen", "rejected")}
+    for side in found:
+        assert found[side].shape == expected[side].shape
+        difference = np.abs(found[side] - expected[side]).max()
+        assert difference < TOLERANCE, (side, difference)
+        print(f"{side}: max |TRL - native| = {difference:.3g}")
+    assert not np.allclose(expected["chosen"], expected["rejected"])  # the test can tell the sides apart
+    # and the cut matters: the native completions handed over as they are (the assistant header among
+    # them) are summed over by TRL's collator, header included, far from the native sums
+    naive = [{"prompt_ids": r["prompt_input_ids"], "chosen_ids": r["chosen_input_ids"],
+              "rejected_ids": r["rejected_input_ids"]} for r in native.to_pylist()]
+    naive_chosen, _ = trainer.compute_ref_log_probs(model, trainer.data_collator(naive))
+    assert np.abs(naive_chosen.numpy() - expected["chosen"]).min() > 1.0
+
+
+def test_dpo_loss_after_training_equals_the_native_loss(export, tmp_path):
+    """Three steps against a frozen reference; then TRL's loss on a batch of two pairs equals
+    -log sigmoid(beta * ((pc - rc) - (pr - rr))) from the independent sums of policy and reference."""
+    native = export[2]
+    model = tiny_llama(len(export[3]))
+    reference = copy.deepcopy(model)
+    trainer = trainer_over(export, model, tmp_path, reference, max_steps=3, learning_rate=1e-2, beta=0.1)
+    trainer.train()
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    assert len(losses) == 3 and all(np.isfinite(losses))
+    model.eval()
+    policy_sums, reference_sums = native_sums(model, native), native_sums(reference, native)
+    assert np.abs(policy_sums["chosen"] - reference_sums["chosen"]).max() > 1e-3  # training moved the policy
+    batch = trainer.data_collator([trainer.train_dataset[r] for r in (0, 1)])
+    with torch.no_grad():
+        loss = float(trainer.compute_loss(model, batch))
+    margins = ((policy_sums["chosen"] - reference_sums["chosen"]) - (policy_sums["rejected"] - reference_sums["rejected"]))[:2]
+    expected = float(np.mean(np.logaddexp(0.0, -0.1 * margins)))  # -log sigmoid(x) = log(1 + exp(-x))
+    assert abs(loss - expected) < TOLERANCE, (loss, expected)
+
+
+def test_the_dpo_script_runs_here_as_written(export, tmp_path):
+    directory, out, native, tokenizer, arguments, trainer_class = export
+    model_dir = tmp_path / "model"
+    tiny_llama(len(tokenizer), torch.float32).save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    ran = subprocess.run([sys.executable, str(directory / "pairs.dpo.py"), str(model_dir), str(tmp_path / "run"),
+                          "--max_steps", "2", "--report_to", "none", "--save_strategy", "no", "--logging_steps", "1",
+                          "--per_device_train_batch_size", "2"], capture_output=True, text=True)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert ran.stdout.splitlines()[0].startswith("bf16 ")
+    assert "'train_loss'" in ran.stdout + ran.stderr
