@@ -33,7 +33,7 @@ STAGES: tuple[tuple[str, ...], ...] = (
     ("databuild.current",),
     ("databuild.shortfall",),
     ("databuild.prepare",),
-    ("databuild.build",),
+    ("databuild.build", "databuild.preference"),
     ("databuild.compare", "databuild.views", "databuild.export", "databuild.integrations"),
     ("databuild.scaffold",),
     ("databuild.api", "databuild.cli", "databuild.cli_files", "databuild.cli_init", "databuild.cli_view",
