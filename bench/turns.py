@@ -74,6 +74,7 @@ def main(argv=None) -> None:
     from databuild.encode.encoder import Encoder
     from databuild.encode.render import Renderer, load_tokenizer
     from databuild.records.conversation import Conversation
+    from databuild.records.origin import Origin
     from families import FAMILIES, KWARGS, family_tokenizer
 
     maker = ConversationMaker(20261001)
@@ -81,7 +82,8 @@ def main(argv=None) -> None:
     plain = [maker.messages(kinds[k % len(kinds)]) for k in range(args.conversations)]
 
     def batches(conversations):
-        records = [Conversation(k, k, f"c-{k}", "s", tuple(m), tools=tools) for k, (m, tools) in enumerate(conversations)]
+        records = [Conversation(Origin(k, k, f"c-{k}", "s"), tuple(m), tools=tools)
+                   for k, (m, tools) in enumerate(conversations)]
         return [records[k:k + args.batch_size] for k in range(0, len(records), args.batch_size)]
 
     results = {}

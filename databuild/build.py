@@ -166,8 +166,8 @@ def _make(prepared: Prepared, final: Path, encode: Encoding, batch_size: int, pr
             try:
                 written = write_rows(bar, partial, config.row_tokens, hasher, segments)
             except OverlongConversation as exc:
-                raise refusal(bad_conversation(list(inputs.source_files), exc.conversation.index,
-                                               exc.conversation.id, Problem(OVERLONG, str(exc)))) from None
+                raise refusal(bad_conversation(list(inputs.source_files), exc.conversation.origin.index,
+                                               exc.conversation.origin.id, Problem(OVERLONG, str(exc)))) from None
         try:
             if written < (config.rows or 1):  # rows: all needs one row at least
                 raise ran_out(written, config.rows, stats, skipped)

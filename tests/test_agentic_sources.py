@@ -172,7 +172,7 @@ def build_and_compare(tmp_path, tools_tokenizer, root, fmt, to_trl, **entry):
     assert list(zip(table.column("input_ids").to_pylist(), table.column("loss_mask").to_pylist())) == expected
     renderer = Renderer.for_tokenizer(reference, KWARGS)
     with prepare(config) as prepared:
-        records = sorted(prepared.conversations(), key=lambda c: c.index)
+        records = sorted(prepared.conversations(), key=lambda c: c.origin.index)
     assert len(records) == len(convs)
     for record, (messages, tools) in zip(records, convs):
         assert renderer.render(record.messages, record.tools) == reference.apply_chat_template(
@@ -200,7 +200,7 @@ def test_messages_format_carries_tool_calls_results_tools_and_reasoning(tmp_path
         make(load_config(config_for(tmp_path, tools_tokenizer, root, "messages", 1)), tmp_path / "no", progress=False)
     result, records, convs = build_and_compare(tmp_path, tools_tokenizer, root, "messages", trl_messages,
                                                struct_nulls="drop")
-    by_id = {r.id: r for r in records}
+    by_id = {r.origin.id: r for r in records}
     # JSON text arguments reach the template byte for byte; objects with the keys the call wrote (the
     # struct's nulls for the other calls' keys dropped), and so do the tools' schemas
     calls = by_id["txt-0"].messages[2]["tool_calls"]
@@ -461,7 +461,7 @@ def test_round_trip_through_parquet_and_the_spill(tmp_path_factory, tools_tokeni
     # the tools drawn are any JSON objects, which declare no function the calls name: a round trip of values
     config = load_config(config_for(tmp, tools_tokenizer, root, "messages", 1, undeclared_tool_calls="keep"))
     with prepare(config) as prepared:
-        records = sorted(prepared.conversations(), key=lambda c: c.index)
+        records = sorted(prepared.conversations(), key=lambda c: c.origin.index)
     assert not prepared.malformed
     held = pq.read_table(root / "data" / "train-00000-of-00001.parquet").to_pylist()
     for record, row, (messages, tools) in zip(records, held, convs):

@@ -94,11 +94,12 @@ def test_results_cross_from_workers_whole(tiny_config):
 
     from databuild.prepare import prepare
     from databuild.executors.workers import from_columns, to_columns
+    from databuild.records.origin import Origin
     from databuild.records.problems import Problem
 
     with prepare(tiny_config) as prepared:
         results = prepared.encoder.encode_batch(list(islice(prepared.conversations(), 9)))
-    bad = results[3].__class__(7, 8, "bad-id", "src", np.zeros(0, np.int32), np.zeros(0, np.int8),
+    bad = results[3].__class__(Origin(7, 8, "bad-id", "src"), np.zeros(0, np.int32), np.zeros(0, np.int8),
                                Problem("malformed", "why"))
     results = results[:3] + [bad] + results[3:]
     again = from_columns(to_columns(results))
@@ -106,8 +107,7 @@ def test_results_cross_from_workers_whole(tiny_config):
     for a, b in zip(again, results):
         assert (a.input_ids.dtype, a.loss_mask.dtype) == (np.int32, np.int8)
         assert a.input_ids.tolist() == b.input_ids.tolist() and a.loss_mask.tolist() == b.loss_mask.tolist()
-        assert (a.position, a.index, a.id, a.source, a.problem, a.empty_assistant_turns) == \
-               (b.position, b.index, b.id, b.source, b.problem, b.empty_assistant_turns)
+        assert (a.origin, a.problem, a.empty_assistant_turns) == (b.origin, b.problem, b.empty_assistant_turns)
     assert from_columns(to_columns([])) == []
 
 

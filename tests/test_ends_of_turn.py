@@ -153,7 +153,7 @@ def test_a_template_that_refuses_plain_exchanges_builds_the_others(tmp_path):
     config = load_config(tmp_path / "think.yaml")
     with prepare(config) as prepared:
         assert probe_problem(prepared.encoder) is not None  # what refused the template before the first row
-        refused = sorted(out.id for out in prepared.encoder.encode_batch(list(prepared.conversations()))
+        refused = sorted(out.origin.id for out in prepared.encoder.encode_batch(list(prepared.conversations()))
                          if out.problem is not None)
     assert refused == [f"c{k:02d}" for k in range(0, 20, 2)]  # the plain ones
     manifest = result.data

@@ -16,6 +16,7 @@ from conftest import record_count
 from databuild.encode.encoder import Encoder
 from databuild.encode.render import Renderer
 from databuild.records.conversation import Conversation
+from databuild.records.origin import Origin
 from families import FAMILIES, KWARGS, family_tokenizer, pin_transformers_clock
 from inference_reference import reference_rows
 
@@ -38,7 +39,7 @@ def outcome(tokenizer, encoder, family, messages, tools) -> str:
     """'equal' (one sample) or 'expanded' when ours equals the reference ('..., prompt tokens differ' when a
     turn's prompt tokenizes otherwise alone); 'template_error' when the template raises on it (transformers'
     render too); 'refused: KIND' when ours refuses with a reason."""
-    ours = encoder.encode_batch([Conversation(0, 0, "c", "s", tuple(messages), tools=tools)])
+    ours = encoder.encode_batch([Conversation(Origin(0, 0, "c", "s"), tuple(messages), tools=tools)])
     try:
         if family.tagged:
             out = tokenizer.apply_chat_template(messages, tools=tools, tokenize=True, return_dict=True,
@@ -132,7 +133,7 @@ def test_targets_are_what_the_model_generates(built, name, expected, monkeypatch
     # the reasoning under the key the family's template reads, or none where it writes none (Qwen2.5)
     messages = [{(family.reasoning if k == "reasoning_content" else k): v for k, v in m.items()
                  if k != "reasoning_content" or family.reasoning} for m in AGENT]
-    parts = encoder.encode_batch([Conversation(0, 0, "c", "s", tuple(messages), tools=TOOLS)])
+    parts = encoder.encode_batch([Conversation(Origin(0, 0, "c", "s"), tuple(messages), tools=TOOLS)])
     assert parts[0].problem is None, parts[0].problem
     assert [supervised(tokenizer, p) for p in parts] == expected
 
@@ -147,6 +148,6 @@ def test_a_field_the_template_drops_is_refused_not_silently_lost(built, name, ex
     would teach the model to answer without them."""
     tokenizer, encoder = built[name]
     messages = ({"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo", **extra})
-    [out] = encoder.encode_batch([Conversation(0, 0, "c", "s", messages)])
+    [out] = encoder.encode_batch([Conversation(Origin(0, 0, "c", "s"), messages)])
     assert out.problem[:2] == ("mask_error", f"assistant message 1: the template does not write its {field} in its turn: "
                                          "the model would be trained to answer without it")

@@ -74,7 +74,7 @@ def test_make_builds_what_the_encoder_builds(tmp_path, name):
         stream = list(prepared.conversations())
     assert prepared.malformed == {}  # the tool-call checks pass every generated conversation
     parts = encoder.encode_batch(stream)
-    refused = sorted((p.id, p.problem.kind) for p in parts if p.problem is not None)
+    refused = sorted((p.origin.id, p.problem.kind) for p in parts if p.problem is not None)
     assert sorted((s["id"], s["kind"]) for s in result.data["skipped_conversations"]) == refused
     table = pq.read_table(result.parquet)
     rows = list(zip(table.column("input_ids").to_pylist(), table.column("loss_mask").to_pylist()))

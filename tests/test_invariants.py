@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from conftest import record_count, supervised_runs
 from databuild.encode.encoder import Encoder
 from databuild.records.conversation import TokenizedConversation, Conversation
+from databuild.records.origin import Origin
 from databuild.encode.render import Renderer
 from databuild.pack.rows import Packing, PackStats
 from databuild.pack.policy import pack
@@ -53,7 +54,7 @@ def expected_rows(conversations: list[list[tuple[int, int]]], row_tokens: int):
 @settings(FIXED, max_examples=300)
 @given(st.lists(conversation_tokens, min_size=1, max_size=12), st.integers(1, 9))
 def test_pack_is_the_readme_definition(conversations, row_tokens):
-    stream = [TokenizedConversation(k, k, f"c{k}", "s", np.array([t for t, _ in tokens], np.int32),
+    stream = [TokenizedConversation(Origin(k, k, f"c{k}", "s"), np.array([t for t, _ in tokens], np.int32),
                                     np.array([m for _, m in tokens], np.int8)) for k, tokens in enumerate(conversations)]
     rows = list(pack(stream, Packing("concat", row_tokens, "</s>", SEP), PackStats()))
     found = [(r.input_ids.tolist(), r.loss_mask.tolist(), r.seq_start_id.tolist(), list(r.conversation_ids))
@@ -117,7 +118,7 @@ def test_targets_are_only_the_assistant_contents_and_their_closing_tokens(tokeni
                         {"current_date": "2026-10-01", "reasoning_effort": "xhigh"})
     encoder = Encoder(tokenizer, renderer, "muse_spark")
     record = tuple({"content": text, "role": role} for role, text in messages)  # the Tulu schema's key order
-    [out] = encoder.encode_batch([Conversation(0, 0, "c", "s", record)])
+    [out] = encoder.encode_batch([Conversation(Origin(0, 0, "c", "s"), record)])
     if out.problem is not None:  # a conversation the strategy cannot justify is refused, never guessed at
         assert out.problem.kind in ("mask_error", "template_error", "stop_token_in_field") and not len(out.input_ids)
         if out.problem.kind == "stop_token_in_field":  # an answer spelling a token it is closed by, or EOS

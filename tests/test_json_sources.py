@@ -166,7 +166,7 @@ def read_records(tmp_path: Path, tokenizer: Path, root: Path):
     tmp_path.mkdir(parents=True, exist_ok=True)
     config = load_config(config_for(tmp_path, tokenizer, root, "messages", 1))
     with prepare(config) as prepared:
-        return config, sorted(prepared.conversations(), key=lambda c: c.index)
+        return config, sorted(prepared.conversations(), key=lambda c: c.origin.index)
 
 
 def assert_exact(records, rows: list[dict], tools_from_datasets: bool = False):

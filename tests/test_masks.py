@@ -11,6 +11,7 @@ from databuild.encode.encoder import Encoder
 from databuild.errors import BuildError
 from databuild.encode.render import Renderer
 from databuild.records.conversation import Conversation
+from databuild.records.origin import Origin
 from inference_reference import reference_rows
 
 KWARGS = {"current_date": "2026-10-01", "reasoning_effort": "xhigh"}
@@ -30,7 +31,7 @@ def encode(tokenizer, msgs, loss_mask="muse_spark", template=None, conversation_
            end_of_turn=()):
     renderer = Renderer(template or tokenizer.chat_template, dict(tokenizer.special_tokens_map), KWARGS)
     encoder = Encoder(tokenizer, renderer, loss_mask, end_of_turn)
-    [out] = encoder.encode_batch([Conversation(0, 0, conversation_id, "s", tuple(msgs), tools=tools)])
+    [out] = encoder.encode_batch([Conversation(Origin(0, 0, conversation_id, "s"), tuple(msgs), tools=tools)])
     return out
 
 
@@ -48,7 +49,7 @@ def agrees_or_refuses(tokenizer, msgs, name, tools=None, tagged=False) -> str:
     template = family(name, tokenizer, tagged)
     renderer = Renderer(template, dict(tokenizer.special_tokens_map), KWARGS)
     parts = Encoder(tokenizer, renderer, "assistant", END_OF_TURN[name]).encode_batch(
-        [Conversation(0, 0, "c-1", "s", tuple(msgs), tools=tools)])
+        [Conversation(Origin(0, 0, "c-1", "s"), tuple(msgs), tools=tools)])
     if parts[0].problem is not None:
         assert parts[0].problem[0] in ("mask_error", "stop_token_in_field"), parts[0].problem
         return parts[0].problem[0]
@@ -114,7 +115,7 @@ def test_every_fixture_conversation_muse_spark(tokenizer, source_conversations, 
     config's, as the recipe's builder trained them)."""
     renderer = Renderer(tokenizer.chat_template, dict(tokenizer.special_tokens_map), KWARGS)
     encoder = Encoder(tokenizer, renderer, "muse_spark", stop_tokens_in_fields=stop_tokens)
-    batch = [Conversation(i, i, cid, "s", msgs) for i, (cid, msgs) in enumerate(source_conversations)]
+    batch = [Conversation(Origin(i, i, cid, "s"), msgs) for i, (cid, msgs) in enumerate(source_conversations)]
     unsupervised, refused = 0, []
     for (cid, msgs), out in zip(source_conversations, encoder.encode_batch(batch)):
         if out.problem is not None:
@@ -202,7 +203,7 @@ FOLDS_THE_NEXT_MESSAGE_IN = ("{% for m in messages %}{% if m.role == 'assistant'
 ])
 def test_untagged_targets_by_inference(tokenizer, msgs, template, end_of_turn, expected):
     renderer = Renderer(template, dict(tokenizer.special_tokens_map), KWARGS)
-    parts = Encoder(tokenizer, renderer, "assistant", end_of_turn).encode_batch([Conversation(0, 0, "c", "s", msgs)])
+    parts = Encoder(tokenizer, renderer, "assistant", end_of_turn).encode_batch([Conversation(Origin(0, 0, "c", "s"), msgs)])
     if isinstance(expected, str):
         assert parts[0].problem[1].startswith(expected), parts[0].problem
         assert len(parts) == 1 and len(parts[0].input_ids) == len(parts[0].loss_mask) == 0
@@ -226,7 +227,7 @@ def test_history_refuse_names_the_policy(tokenizer):
     msgs = messages(("user", "Hi"), ("assistant", "Hello there"), ("user", "Again"), ("assistant", "Yes"))
     renderer = Renderer(HIDES_EARLIER_ANSWERS, dict(tokenizer.special_tokens_map), KWARGS)
     [out] = Encoder(tokenizer, renderer, "assistant", ("<|im_end|>",), history="refuse").encode_batch(
-        [Conversation(0, 0, "c", "s", msgs)])
+        [Conversation(Origin(0, 0, "c", "s"), msgs)])
     assert out.problem[0] == "history_rewritten" and "history: expand" in out.problem[1]
 
 
@@ -254,8 +255,8 @@ def test_a_template_that_raises_refuses_that_conversation_only(tokenizer):
               "{% endif %}{{ m.role }}: {{ m.content }}<|endoftext|>{% endfor %}")
     renderer = Renderer(strict, dict(tokenizer.special_tokens_map), KWARGS)
     refused, fine = Encoder(tokenizer, renderer, "assistant").encode_batch([
-        Conversation(0, 0, "c-1", "s", messages(("system", "be brief"), ("user", "hi"), ("assistant", "hello"))),
-        Conversation(1, 1, "c-2", "s", messages(("user", "hi"), ("assistant", "hello"))),
+        Conversation(Origin(0, 0, "c-1", "s"), messages(("system", "be brief"), ("user", "hi"), ("assistant", "hello"))),
+        Conversation(Origin(1, 1, "c-2", "s"), messages(("user", "hi"), ("assistant", "hello"))),
     ])
     assert refused.problem[:2] == ("template_error", "the chat template raised TemplateError: no system role, please")
     assert fine.problem is None and fine.loss_mask.sum() > 0
@@ -308,7 +309,7 @@ def test_a_machine_limit_stops_the_build_rather_than_skipping(tokenizer):
     deep = "{%- macro down(n) -%}{%- if n > 0 -%}{{- down(n - 1) -}}{%- endif -%}{%- endmacro -%}{{- down(100000) -}}"
     renderer = Renderer(deep + tokenizer.chat_template, dict(tokenizer.special_tokens_map), KWARGS)
     with pytest.raises(BuildError, match=r"^conversation 'c-1' \(source row 0\): rendering it hit a RecursionError"):
-        Encoder(tokenizer, renderer, "muse_spark").encode_batch([Conversation(0, 0, "c-1", "s", CASES["single turn"])])
+        Encoder(tokenizer, renderer, "muse_spark").encode_batch([Conversation(Origin(0, 0, "c-1", "s"), CASES["single turn"])])
 
 
 # harmony-style: an analysis message and the final answer after it, closed by <|end|> when another assistant
@@ -326,12 +327,12 @@ def test_a_run_of_assistant_messages_inference_writes_as_one_is_one_turn(tokeniz
     msgs = ({"role": "user", "content": "Hi"}, {"role": "assistant", "channel": "analysis", "content": "think"},
             {"role": "assistant", "channel": "final", "content": "Hello"})
     renderer = Renderer(CHANNELS, dict(tokenizer.special_tokens_map), KWARGS)
-    [out] = Encoder(tokenizer, renderer, "assistant", ("<|return|>",)).encode_batch([Conversation(0, 0, "c", "s", msgs)])
+    [out] = Encoder(tokenizer, renderer, "assistant", ("<|return|>",)).encode_batch([Conversation(Origin(0, 0, "c", "s"), msgs)])
     assert supervised_runs(tokenizer, out.input_ids, out.loss_mask) == [
         "<|channel|>analysis<|message|>think<|end|><|start|>assistant<|channel|>final<|message|>Hello<|return|>"]
     # with <|end|> a stop token too, the model would have stopped after the analysis: refused
     [out] = Encoder(tokenizer, renderer, "assistant", ("<|return|>", "<|end|>")).encode_batch(
-        [Conversation(0, 0, "c", "s", msgs)])
+        [Conversation(Origin(0, 0, "c", "s"), msgs)])
     assert out.problem[:2] == ("mask_error", "assistant message 2: a stop token stands in its turn before it: the model "
                                          "would have stopped there")
 
@@ -363,7 +364,7 @@ def test_a_stop_token_in_an_assistant_field_is_refused_under_every_strategy(toke
     renderer = Renderer(family(template, tokenizer, tagged=True), dict(tokenizer.special_tokens_map), KWARGS)
     encoder = Encoder(tokenizer, renderer, strategy, () if strategy == "muse_spark" else ends)
     assert strategy == "muse_spark" or all(renderer.tagged.values())
-    [out] = encoder.encode_batch([Conversation(0, 0, "c-1", "s", ({"role": "user", "content": "Hi"}, message))])
+    [out] = encoder.encode_batch([Conversation(Origin(0, 0, "c-1", "s"), ({"role": "user", "content": "Hi"}, message))])
     assert out.problem is not None and out.problem.kind == "stop_token_in_field"
     assert out.problem.reason == (f"assistant message 1: its {key} spells the stop token {token!r}: the model would "
                                   "have stopped there")

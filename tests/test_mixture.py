@@ -152,7 +152,7 @@ def test_rows_without_an_id_get_file_and_row(tmp_path):
 
     with prepare(load_config(tmp_path / "mix.yaml"), offline=True) as prepared:
         for conversation in list(prepared.conversations())[:20]:
-            row = int(conversation.id.rsplit("#", 1)[1])
+            row = int(conversation.origin.id.rsplit("#", 1)[1])
             assert conversation.messages == tuple({"content": m["content"], "role": m["role"]} for m in rows[row]["messages"])
 
 

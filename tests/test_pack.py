@@ -9,6 +9,7 @@ import pytest
 
 from conftest import PHI3, TOKENIZER_DIR, needs_phi3, write_config
 from databuild.records.conversation import TokenizedConversation
+from databuild.records.origin import Origin
 from databuild.pack.rows import Packing, PackStats
 from databuild.pack.policy import pack
 
@@ -16,7 +17,7 @@ SEP = 99
 
 
 def conv(position: int, ids: list[int], mask: list[int], source: str = "s") -> TokenizedConversation:
-    return TokenizedConversation(position, position, f"c{position}", source, np.array(ids, np.int32),
+    return TokenizedConversation(Origin(position, position, f"c{position}", source), np.array(ids, np.int32),
                                  np.array(mask, np.int8))
 
 
@@ -127,7 +128,7 @@ def test_a_token_the_tokenizer_does_not_know_is_refused(tmp_path, key, which):
 def test_a_conversation_expanded_into_samples_counts_once():
     """history: expand gives one sample per turn, each a segment with the conversation's stream position: the
     conversation is read once and counted once in the kept rows, in one row or across several."""
-    samples = [TokenizedConversation(0, 7, "c7", "s", np.array(ids, np.int32), np.array([1] * len(ids), np.int8),
+    samples = [TokenizedConversation(Origin(0, 7, "c7", "s"), np.array(ids, np.int32), np.array([1] * len(ids), np.int8),
                                      part=k, parts=3) for k, ids in enumerate([[1, 2], [1, 2, 3], [1, 2, 3, 4]])]
     rows, stats = rows_of([*samples, conv(1, [5, 6], [1, 1])], 6)
     assert [r.positions for r in rows] == [(0, 0), (0, 0)]  # [1 2 SEP 1 2 3] [SEP 1 2 3 4 SEP], then 5 6 left

@@ -11,6 +11,7 @@ from hypothesis import given, settings, strategies as st
 
 from bfd_reference import reference_bfd
 from databuild.records.conversation import TokenizedConversation
+from databuild.records.origin import Origin
 from databuild.errors import BuildError
 from databuild.pack.bfd import OverlongConversation, best_fit_decreasing
 from databuild.pack.rows import Packing, PackStats
@@ -21,7 +22,7 @@ SEP, PAD = 99, 98
 
 def conv(position: int, ids: list[int], mask: list[int] | None = None, source: str = "s") -> TokenizedConversation:
     mask = [1] * len(ids) if mask is None else mask
-    return TokenizedConversation(position, position, f"c{position}", source, np.array(ids, np.int32),
+    return TokenizedConversation(Origin(position, position, f"c{position}", source), np.array(ids, np.int32),
                                  np.array(mask, np.int8))
 
 
@@ -84,7 +85,7 @@ def test_a_conversation_that_exactly_fills_a_row_with_its_separator_is_not_overl
 def test_overlong_error_names_the_conversation():
     with pytest.raises(OverlongConversation) as caught:
         packed([conv(0, [1]), conv(1, list(range(9)))], bfd(4, overlong="error"))
-    assert caught.value.conversation.id == "c1" and isinstance(caught.value, BuildError)
+    assert caught.value.conversation.origin.id == "c1" and isinstance(caught.value, BuildError)
     assert "10 tokens with its separator, longer than a row (4)" in str(caught.value)
 
 
@@ -127,7 +128,7 @@ def test_same_rows_as_the_reference_and_the_issue_invariants(lengths, row_tokens
             ids[-1] = SEP  # a render that brings its own separator
         conversations.append(conv(i, ids, rng.integers(0, 2, n).tolist()))
     rows, stats = packed(conversations, bfd(row_tokens, window, overlong))
-    plain = [(c.id, c.input_ids.tolist(), c.loss_mask.tolist()) for c in conversations]
+    plain = [(c.origin.id, c.input_ids.tolist(), c.loss_mask.tolist()) for c in conversations]
     expected, counts = reference_bfd(plain, row_tokens, SEP, PAD, window, overlong)
     assert rows == expected
     assert (stats.rows_skipped_unsupervised, stats.overlong["dropped"], stats.overlong["truncated"],

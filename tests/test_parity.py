@@ -15,6 +15,7 @@ from databuild.encode.encoder import Encoder
 from databuild.encode.render import Renderer, load_tokenizer
 from databuild.errors import BuildError
 from databuild.records.conversation import Conversation
+from databuild.records.origin import Origin
 from test_masks import KWARGS, agrees_or_refuses, encode, family, supervised_runs, transformers_mask
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
@@ -44,7 +45,7 @@ def test_truncation_and_padding_blocks_never_apply(which, tmp_path, source_conve
     renderer = Renderer(template, dict(tokenizer.special_tokens_map), KWARGS)
     encoder = Encoder(tokenizer, renderer, "assistant")
     assert encoder.switched_off["truncation"]["max_length"] == 8 and encoder.switched_off["padding"]["length"] is None
-    batch = [Conversation(i, i, cid, "s", msgs) for i, (cid, msgs) in enumerate(source_conversations[:60])]
+    batch = [Conversation(Origin(i, i, cid, "s"), msgs) for i, (cid, msgs) in enumerate(source_conversations[:60])]
     whole = encoder.encode_batch(batch)
     for out, (_, msgs) in zip(whole, source_conversations):
         assert (out.input_ids.tolist(), out.loss_mask.tolist()) == transformers_mask(reference, msgs, template)

@@ -16,6 +16,7 @@ from conftest import messages
 from databuild.encode.encoder import Encoder
 from databuild.encode.render import Renderer
 from databuild.records.conversation import Conversation
+from databuild.records.origin import Origin
 from test_masks import KWARGS, family
 
 STOP = "<|im_end|>"
@@ -34,7 +35,7 @@ STOP = "<|im_end|>"
 def test_a_stop_token_in_a_field_other_than_content_is_refused(tokenizer, field, value, named):
     msgs = (*messages(("user", "Hi")), {"role": "assistant", "content": "Hello", field: value})
     renderer = Renderer(family("chatml", tagged=False), dict(tokenizer.special_tokens_map), KWARGS)
-    [out] = Encoder(tokenizer, renderer, "assistant", (STOP,)).encode_batch([Conversation(0, 0, "c", "s", msgs)])
+    [out] = Encoder(tokenizer, renderer, "assistant", (STOP,)).encode_batch([Conversation(Origin(0, 0, "c", "s"), msgs)])
     assert out.problem is not None and out.problem[0] == "stop_token_in_field", out.problem
     assert out.problem[1].startswith(f"assistant message 1: its {named} spells the stop token '{STOP}'")
 

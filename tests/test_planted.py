@@ -18,6 +18,7 @@ from databuild.rowfile.schema import RowFormatError
 from databuild.rowfile.hashes import hash_parquet
 from databuild.rowfile.write import WRITER_OPTIONS
 from databuild.records.conversation import Conversation
+from databuild.records.origin import Origin
 
 
 def with_padding(parquet, row: int, pad_start: int, target: int) -> None:
@@ -70,7 +71,7 @@ def test_fields_written_out_of_field_order_are_placed_in_text_order(tokenizer):
     assert [p.start for p in placed] == sorted(p.start for p in placed)
 
     encoder = Encoder(tokenizer, renderer, "assistant", ("<|im_end|>",))
-    [out] = encoder.encode_batch([Conversation(0, 0, "c", "s", chat)])
+    [out] = encoder.encode_batch([Conversation(Origin(0, 0, "c", "s"), chat)])
     assert out.problem is None, out.problem
     # The targets, read back token by token: by inference (issue 18), what follows each generation prompt
     # through the end of turn, the tool call written before the content included.

@@ -95,7 +95,7 @@ def test_driver_holds_a_bounded_window(ray_instance, workers, batch_size):
     assert lead <= (2 * workers + 1) * batch_size
     assert pulled == len(got) == len(expected) > 10 * (2 * workers + 1) * batch_size
     for a, b in zip(got, expected):
-        assert (a.position, a.index, a.id, a.source) == (b.position, b.index, b.id, b.source)
+        assert a.origin == b.origin
         assert np.array_equal(a.input_ids, b.input_ids) and np.array_equal(a.loss_mask, b.loss_mask)
         assert a.input_ids.dtype == b.input_ids.dtype and a.loss_mask.dtype == b.loss_mask.dtype
 

@@ -44,11 +44,11 @@ def test_stream_is_the_permutation_whatever_the_passes(files, source_rows, tmp_p
     spill = Spill(files, Placement.one_each(np.argsort(order)), window, tmp_path)  # each row's stream position
     assert spill.check_and_spill(prefix) == []
     stream = list(spill.conversations())
-    assert [c.index for c in stream] == order.tolist()
-    assert [c.position for c in stream] == list(range(len(order)))
-    assert [(c.id, c.messages) for c in stream] == [source_rows[i] for i in order]
+    assert [c.origin.index for c in stream] == order.tolist()
+    assert [c.origin.position for c in stream] == list(range(len(order)))
+    assert [(c.origin.id, c.messages) for c in stream] == [source_rows[i] for i in order]
     assert spill.passes == passes
-    assert [c.index for c in spill.conversations()] == order.tolist()  # read again, without another pass
+    assert [c.origin.index for c in spill.conversations()] == order.tolist()  # read again, without another pass
     assert spill.passes == passes
 
 
@@ -121,7 +121,7 @@ def test_the_pass_in_parts_on_threads_gives_the_same_stream_and_findings(small_g
                                                                         "(expected one of system, developer, "
                                                                         "user, assistant, tool)")]
     stream = list(spill.conversations())
-    assert [c.index for c in stream] == order.tolist()
+    assert [c.origin.index for c in stream] == order.tolist()
     assert spill.passes == 1
 
 
@@ -153,7 +153,7 @@ def test_batches_of_references_read_as_the_stream(small_groups, tmp_path, window
     assert [len(b) for b in batches] == [size] * (rows // size) + ([rows % size] if rows % size else [])
     read = [c for b in batches for c in b.read()]
     assert read == list(marked(spill.conversations(), malformed))
-    assert [c.index for c in read if c.problem is not None] == [100]
+    assert [c.origin.index for c in read if c.problem is not None] == [100]
     if size >= 5:  # a reference has a fixed cost of its own (the bucket's path)
         text = sum(len(pickle.dumps(b.read())) for b in batches)
         assert sum(len(pickle.dumps(b)) for b in batches) < text / 10

@@ -122,7 +122,7 @@ def test_flat_and_wrapped_calls_with_ids_reach_the_template_as_written(tmp_path,
     root = write_source(tmp_path / "src", [table])
     config = load_config(config_for(tmp_path, tools_tokenizer, root, "messages", 1))
     with prepare(config) as prepared:
-        record = next(c for c in prepared.conversations() if c.id == "mixed")
+        record = next(c for c in prepared.conversations() if c.origin.id == "mixed")
     assert record.messages[1]["tool_calls"] == [flat, wrapped]
     reference = load_tokenizer(tools_tokenizer)
     written = reference.apply_chat_template(copy.deepcopy(rows[0]["messages"]), tools=[WEATHER, CLOCK],

@@ -14,6 +14,7 @@ from databuild.encode.encoder import Encoder
 from databuild.encode.render import Renderer
 from databuild.errors import BuildError
 from databuild.records.conversation import Conversation
+from databuild.records.origin import Origin
 from inference_reference import reference_rows
 from test_masks import END_OF_TURN, HIDES_EARLIER_ANSWERS, KWARGS, expected_runs, family, supervised_runs, \
     transformers_mask
@@ -31,7 +32,7 @@ def flagged(msgs, off: set[int]) -> tuple[dict, ...]:
 def encoded(tokenizer, msgs, template, loss_mask, train_turns, end_of_turn=(), history="expand"):
     renderer = Renderer(template, dict(tokenizer.special_tokens_map), KWARGS)
     return Encoder(tokenizer, renderer, loss_mask, end_of_turn, history=history, train_turns=train_turns).encode_batch(
-        [Conversation(0, 0, "c", "s", tuple(msgs))])
+        [Conversation(Origin(0, 0, "c", "s"), tuple(msgs))])
 
 
 def tokens_before(tokenizer, template, msgs, k: int) -> int:

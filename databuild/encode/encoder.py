@@ -171,7 +171,8 @@ class Encoder:
             raise self._timed_out(conversation) from None
 
     def _timed_out(self, conversation: Conversation) -> RenderTooLong:
-        return RenderTooLong(f"conversation {shown_id(conversation.id)} (source row {conversation.index}): a render of "
+        origin = conversation.origin
+        return RenderTooLong(f"conversation {shown_id(origin.id)} (source row {origin.index}): a render of "
                              f"it took longer than {self.renderer.timeout:g} s (render_timeout), which a render that "
                              f"ends does not; if this template is only slow, raise render_timeout in the config or "
                              f"--render-timeout; nothing was written")
@@ -183,8 +184,7 @@ class Encoder:
         for part, (sample, encoding) in enumerate(zip(samples, encodings)):
             ids = np.fromiter(encoding.ids, dtype=np.int32, count=len(encoding))
             spans, differ = (list(sample.spans), 0) if sample.declared else self._turn_spans(sample, encoding, ids)
-            out.append(TokenizedConversation(conversation.position, conversation.index, conversation.id,
-                                             conversation.source, ids, spans_to_mask(spans, encoding, len(ids)),
+            out.append(TokenizedConversation(conversation.origin, ids, spans_to_mask(spans, encoding, len(ids)),
                                              empty_assistant_turns=0 if part else empty,
                                              unclosed_turns=sample.unclosed, prompt_tokens_differ=differ,
                                              part=part, parts=len(samples)))
@@ -235,7 +235,8 @@ class RenderTooLong(BuildError):
 
 
 def _machine_limit(conversation: Conversation, exc: BaseException) -> BuildError:
-    return BuildError(f"conversation {shown_id(conversation.id)} (source row {conversation.index}): rendering it hit a "
+    origin = conversation.origin
+    return BuildError(f"conversation {shown_id(origin.id)} (source row {origin.index}): rendering it hit a "
                       f"{type(exc).__name__}, a limit of this machine, not of the conversation; nothing was written")
 
 
@@ -256,5 +257,4 @@ def _own_render(samples, item) -> bool:
 def _unbuildable(conversation: Conversation, problem: Problem) -> TokenizedConversation:
     """No tokens, and the problem with its reason on one line (it goes into the manifest as it is)."""
     empty, one_line = np.zeros(0, dtype=np.int32), problem._replace(reason=problem.reason.replace("\n", " "))
-    return TokenizedConversation(conversation.position, conversation.index, conversation.id, conversation.source,
-                                 empty, empty.astype(np.int8), one_line)
+    return TokenizedConversation(conversation.origin, empty, empty.astype(np.int8), one_line)

@@ -56,13 +56,14 @@ def probe_problem(encoder) -> tuple[str, str | None] | None:
     or when it does not apply (another strategy, a tagged template, a template that refuses the exchange)."""
     from ..records.problems import MASK_ERROR
     from ..records.conversation import Conversation
+    from ..records.origin import Origin
 
     if encoder.loss_mask != "assistant" or all(encoder.renderer.tagged.values()):
         return None
     from .encoder import RenderTooLong
 
     try:
-        out = encoder.encode_batch([Conversation(0, 0, "probe", "probe", PROBE)])[0]
+        out = encoder.encode_batch([Conversation(Origin(0, 0, "probe", "probe"), PROBE)])[0]
     except RenderTooLong:
         raise BuildError(f"the chat template's render of two plain user/assistant exchanges, made before the build "
                          f"starts, took longer than {encoder.renderer.timeout:g} s (render_timeout), which a render "

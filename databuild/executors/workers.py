@@ -25,6 +25,7 @@ import numpy as np
 from ..encode.encoder import Encoder
 from ..errors import BuildError
 from ..records.conversation import Conversation, TokenizedConversation
+from ..records.origin import Origin
 from .stream import batches, overlapped
 
 if TYPE_CHECKING:
@@ -121,24 +122,29 @@ def encode_in_worker(batch: list[Conversation] | SpilledBatch) -> tuple:
 
 
 _ARRAYS = ("input_ids", "loss_mask")
-_SCALARS = tuple(f.name for f in fields(TokenizedConversation) if f.name not in _ARRAYS)
+_SCALARS = tuple(f.name for f in fields(TokenizedConversation) if f.name not in _ARRAYS + ("origin",))
+_ORIGIN = tuple(f.name for f in fields(Origin))
 
 
 def to_columns(results: list[TokenizedConversation]) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[tuple]]:
     """A batch's results as what crosses from a worker to the driver: the lengths, every token id and
-    every mask value in one array each, and the other fields as tuples. The driver unpickles two
-    buffers a batch rather than two arrays a conversation (its time is the ceiling of the build)."""
+    every mask value in one array each, and the other fields as tuples, the origin's four first, flat. The
+    driver unpickles two buffers a batch rather than two arrays a conversation (its time is the ceiling of
+    the build), and plain values rather than an object a conversation."""
     lengths = np.fromiter((len(r.input_ids) for r in results), dtype=np.int64, count=len(results))
     ids = np.concatenate([r.input_ids for r in results] or [np.zeros(0, dtype=np.int32)])
     mask = np.concatenate([r.loss_mask for r in results] or [np.zeros(0, dtype=np.int8)])
-    return lengths, ids, mask, [tuple(getattr(r, name) for name in _SCALARS) for r in results]
+    return lengths, ids, mask, [tuple(getattr(r.origin, name) for name in _ORIGIN) +
+                                tuple(getattr(r, name) for name in _SCALARS) for r in results]
 
 
 def from_columns(columns: tuple) -> list[TokenizedConversation]:
     """The results of `to_columns` again, each conversation's arrays a view of the batch's."""
     lengths, ids, mask, scalars = columns
     ends = np.cumsum(lengths).tolist()
-    return [TokenizedConversation(**dict(zip(_SCALARS, values)), input_ids=ids[low:high], loss_mask=mask[low:high])
+    at = len(_ORIGIN)
+    return [TokenizedConversation(Origin(*values[:at]), ids[low:high], mask[low:high],
+                                  **dict(zip(_SCALARS, values[at:])))
             for values, low, high in zip(scalars, [0] + ends[:-1], ends)]
 
 

@@ -55,7 +55,7 @@ def _item(conversation: TokenizedConversation, packing: Packing,
         raise OverlongConversation(conversation, len(ids), packing.row_tokens)
     stats.overlong[OVERLONG_COUNTS[packing.overlong]] += 1
     if packing.overlong == "drop":
-        stats.overlong_dropped_positions.append(conversation.position)
+        stats.overlong_dropped_positions.append(conversation.origin.position)
     return (ids[:packing.row_tokens], mask[:packing.row_tokens]) if packing.overlong == "truncate" else None
 
 
@@ -93,9 +93,9 @@ def _rows(window: list[tuple[TokenizedConversation, np.ndarray, np.ndarray]], pa
         used = sum(lengths)
         ids = [p[1] for p in parts]
         mask = [p[2] for p in parts]
-        conversation_ids = tuple(c.id for c, _, _ in parts)
-        sources = tuple(c.source for c, _, _ in parts)
-        positions = tuple(c.position for c, _, _ in parts)
+        conversation_ids = tuple(c.origin.id for c, _, _ in parts)
+        sources = tuple(c.origin.source for c, _, _ in parts)
+        positions = tuple(c.origin.position for c, _, _ in parts)
         starts = np.cumsum([0] + lengths[:-1])
         if used < row_tokens:
             ids.append(np.full(row_tokens - used, packing.pad_id, dtype=np.int32))

@@ -33,9 +33,10 @@ class _Segments:
 
     def add(self, start: int, conversation: TokenizedConversation) -> None:
         self.starts.append(start)
-        self.ids.append(conversation.id)
-        self.sources.append(conversation.source)
-        self.positions.append(conversation.position)
+        origin = conversation.origin
+        self.ids.append(origin.id)
+        self.sources.append(origin.source)
+        self.positions.append(origin.position)
 
     def row(self, low: int, high: int) -> tuple[list[int], slice]:
         """Segments of stream range [low, high): the one covering low, then those starting inside."""

@@ -64,7 +64,7 @@ def _rendered(conversations: Iterable[TokenizedConversation], stats: PackStats) 
     them a separator and a segment of their own), counted; and the empty assistant turns of the rest."""
     for conversation in conversations:
         if not len(conversation.input_ids):
-            stats.empty_render_positions.append(conversation.position)
+            stats.empty_render_positions.append(conversation.origin.position)
             continue
         stats.conversations_read += conversation.part == 0
         stats.empty_assistant_turns += conversation.empty_assistant_turns
@@ -73,8 +73,8 @@ def _rendered(conversations: Iterable[TokenizedConversation], stats: PackStats) 
         stats.turns_not_trained += conversation.turns_not_trained
         stats.samples_not_written += conversation.samples_not_written
         if conversation.parts > 1 and conversation.part == 0:
-            stats.history_expanded[conversation.source] += 1
-            stats.expanded_samples[conversation.source] += conversation.parts
+            stats.history_expanded[conversation.origin.source] += 1
+            stats.expanded_samples[conversation.origin.source] += conversation.parts
         yield conversation
 
 

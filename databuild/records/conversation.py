@@ -1,8 +1,8 @@
 """A conversation as it crosses the stages: the one record every format's adapter produces and the spill
 hands on (`Conversation`), then, past the tokenizer, its tokens and loss mask (`TokenizedConversation`:
 one per sample, more than one when the history policy expands it). Both carry where the
-conversation came from (its place in the permuted stream, its source row, its id, its source) and,
-when it cannot be built, its problem (records/problems.py).
+conversation came from (its `Origin`: records/origin.py), handed on unchanged from stage to stage,
+and, when it cannot be built, its problem (records/problems.py).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .origin import Origin
 from .problems import Problem
 
 # transformers' _REASONING_FIELDS (tests/test_transformers_private.py checks it): the message keys a
@@ -28,10 +29,7 @@ class Conversation:
     (`tool_calls`, `tool_call_id`, `name`, `reasoning_content` / `thinking` / `reasoning`). `tools`
     is the conversation's tool list (the template's `tools` variable), None when it has none.
     """
-    position: int  # place in the permuted stream
-    index: int  # row in the concatenated source (files in sorted name order)
-    id: str
-    source: str
+    origin: Origin
     messages: tuple[dict, ...]
     problem: Problem | None = None  # when it cannot be built; no messages then
     tools: list | None = None
@@ -39,10 +37,7 @@ class Conversation:
 
 @dataclass(frozen=True)
 class TokenizedConversation:
-    position: int
-    index: int
-    id: str
-    source: str
+    origin: Origin
     input_ids: np.ndarray  # int32
     loss_mask: np.ndarray  # int8, 1 = target
     problem: Problem | None = None  # when it cannot be built; no tokens then

@@ -120,7 +120,7 @@ def marked(conversations: Iterable[C], malformed: dict[int, BadConversation]) ->
     where the packer meets it, like any other it cannot build (the count then never depends on how
     far the tokenizer ran ahead)."""
     for conversation in conversations:
-        bad = malformed.get(conversation.index)
+        bad = malformed.get(conversation.origin.index)
         yield conversation if bad is None else replace(conversation, messages=(), problem=bad.problem)
 
 
@@ -134,7 +134,7 @@ def buildable(tokenized: Iterable[C], policy: str, files: Sequence[FileRows],
         if conversation.problem is None:
             yield conversation
             continue
-        bad = bad_conversation(files, conversation.index, conversation.id, conversation.problem)
+        bad = bad_conversation(files, conversation.origin.index, conversation.origin.id, conversation.problem)
         skipped += [bad] if bad.kind in DROPPED_KINDS else on_bad_conversation(policy, [bad])
 
 

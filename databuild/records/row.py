@@ -21,4 +21,4 @@ class Row:
     conversation_ids: tuple[str, ...]  # one per segment: whose tokens start at seq_start_id[k]; "" = padding
     sources: tuple[str, ...]  # the source of each segment's conversation ("" for padding)
     continues: bool  # its first segment's conversation began in an earlier row (kept or skipped)
-    positions: tuple[int, ...]  # each segment's conversation by its stream position (Conversation.position); -1 padding
+    positions: tuple[int, ...]  # each segment's conversation by its stream position (Origin.position); -1 padding

@@ -15,6 +15,7 @@ import pyarrow.compute as pc
 import pyarrow.ipc  # noqa: F401  (pa.ipc)
 
 from ..records.conversation import Conversation
+from ..records.origin import Origin
 from ..records.problems import BadConversation, marked
 
 
@@ -50,7 +51,7 @@ def _conversations(table: pa.Table) -> list[Conversation]:
     dicts = [{"content": content, "role": role} if fields is None else
              {"content": content, "role": role, **json.loads(fields)} for content, role, fields in
              zip(*(pc.struct_field(flat, name).to_pylist() for name in ("content", "role", "fields")))]
-    return [Conversation(position=int(positions[k]), index=int(indices[k]), id=ids[k] or "", source=sources[k] or "",
+    return [Conversation(Origin(int(positions[k]), int(indices[k]), ids[k] or "", sources[k] or ""),
                          messages=tuple(dicts[(ends[k - 1] if k else 0):ends[k]]), tools=tools[k])
             for k in range(len(positions))]
 
