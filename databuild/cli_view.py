@@ -14,6 +14,8 @@ from .errors import one_line_errors
 
 
 EXIT_USAGE = 2  # diff: usage error or unreadable input; 0 and 1 say identical or not
+_CONFIG_HELP = ("The config (name or path) whose source to re-render the row's conversations from, to mark their "
+                "tool calls, tool results and reasoning from the record. Default: the one the manifest names.")
 _TOKENIZER_HELP = ("A tokenizer directory, or a config (name or path) whose tokenizer to use. Default: the one "
                    "the manifest beside PARQUET pins: the folder it was read from, the hub cache, or a config's dir.")
 
@@ -31,27 +33,32 @@ def _ansi_region(label: str) -> str:
 @click.argument("parquet", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--row", "row", type=int, default=0, show_default=True, help="The row to show (0-based).")
 @click.option("--tokenizer", "name_or_dir", metavar="NAME_OR_DIR", help=_TOKENIZER_HELP)
+@click.option("--config", "config", metavar="NAME_OR_PATH", help=_CONFIG_HELP)
 @click.option("--color", type=click.Choice(["auto", "always", "never"]), default="auto", show_default=True,
               help="ANSI colours (auto: only on a terminal); without them, targets are wrapped in [[...]].")
 @one_line_errors
-def show(parquet, row, name_or_dir, color):
+def show(parquet, row, name_or_dir, config, color):
     """Print one row decoded: supervised tokens highlighted, conversation starts, tool calls, tool
     results and reasoning marked.
 
     On a terminal, supervised tokens are green; otherwise they are wrapped in [[...]]. A line
     ⟦conversation-id⟧ marks where each conversation (or its continuation) starts in the row.
-    ⟨tool call⟩ ... ⟨/tool call⟩, ⟨tool result⟩ ... and ⟨reasoning⟩ ... enclose what the template's
-    markup shows to be one (read from the decoded text: data/README.md, "show and report").
+    ⟨tool call⟩ ... ⟨/tool call⟩, ⟨tool result⟩ ... and ⟨reasoning⟩ ... enclose those fields of the
+    record: the row's conversations re-rendered from the config's source. Where the source is not
+    here, they are read from the template's markup in the decoded text, and a line says so
+    (data/README.md, "show and report").
 
     \b
     Examples:
       databuild show build/muse-spark-tiny-fixed512-v1.parquet
       databuild show rows.parquet --row 6000 --tokenizer ./tokenizer
       databuild show rows.parquet --row 12 --color always | less -R
+      databuild show rows.parquet --row 3 --config configs/mine.yaml
     """
     from .publish.manifest_read import manifest_beside
     from .inputs.tokenizer import tokenizer_dir
     from .encode.render import load_tokenizer
+    from .views.record_marks import record_marks
     from .views.show import check_decodable, compose, controls_line, decode_spans, row_header, spans
     from .rowfile.read import open_parquet, read_rows
 
@@ -60,17 +67,20 @@ def show(parquet, row, name_or_dir, color):
     target = read_rows(parquet_file, parquet, row, continued_rows=(manifest or {}).get("continued_rows"))[0]
     tokenizer = load_tokenizer(tokenizer_dir(parquet, name_or_dir, manifest))
     check_decodable(tokenizer, target, parquet)
-    parts = spans(target)
+    marks = record_marks([target], manifest, config)
+    marked = marks.of_row(target)
+    parts = spans(target, marked)
     texts = decode_spans(tokenizer, target, parts)
     ansi = color == "always" or (color == "auto" and sys.stdout.isatty())
     if ansi:
         body = compose(target, parts, texts, target=lambda s: _ANSI_TARGET + s + _ANSI_RESET,
-                       marker=lambda s: _ANSI_MARKER + s + _ANSI_RESET, region=_ansi_region)
+                       marker=lambda s: _ANSI_MARKER + s + _ANSI_RESET, region=_ansi_region, marked=marked)
     else:
-        body = compose(target, parts, texts, target=lambda s: f"[[{s}]]", marker=lambda s: s, region=lambda s: s)
+        body = compose(target, parts, texts, target=lambda s: f"[[{s}]]", marker=lambda s: s, region=lambda s: s,
+                       marked=marked)
     header = row_header(target, parquet_file.metadata.num_rows)
-    controls = controls_line(manifest)
-    click.echo(f"{header}\n" + (f"{controls}\n" if controls else "") + f"{body}{header}", color=ansi)
+    notes = [line for line in (controls_line(manifest), marks.note) if line]
+    click.echo(f"{header}\n" + "".join(f"{line}\n" for line in notes) + f"{body}{header}", color=ansi)
 
 
 @click.command()
@@ -81,11 +91,12 @@ def show(parquet, row, name_or_dir, color):
               help="How many of the first rows the row viewer shows.")
 @click.option("--tokenizer", "name_or_dir", metavar="NAME_OR_DIR",
               help=_TOKENIZER_HELP + " Without one, the viewer shows token ids.")
+@click.option("--config", "config", metavar="NAME_OR_PATH", help=_CONFIG_HELP)
 @click.option("--diff", "against", metavar="OTHER",
               help="Another row file, manifest or config: the page gets a section saying why they differ "
                    "(`databuild diff PARQUET OTHER`).")
 @one_line_errors
-def report(parquet, output, rows, name_or_dir, against):
+def report(parquet, output, rows, name_or_dir, config, against):
     """Write one self-contained HTML page about PARQUET: summary, pins, charts and a row viewer.
 
     The page loads nothing from anywhere (inline CSS and SVG), so it opens offline and can be
@@ -100,7 +111,7 @@ def report(parquet, output, rows, name_or_dir, against):
     from .errors import BuildError
     from .views.report import render_report
 
-    page = render_report(parquet, rows, name_or_dir, against)
+    page = render_report(parquet, rows, name_or_dir, against, config)
     output = output or parquet.with_name(parquet.name.removesuffix(".parquet") + ".report.html")
     try:
         output.write_text(page, encoding="utf-8")

@@ -170,6 +170,16 @@ class Encoder:
         except RenderTimedOut:
             raise self._timed_out(conversation) from None
 
+    def kept_samples(self, conversation: Conversation) -> list[Sample] | Problem:
+        """The samples encode_batch tokenizes for one conversation (its parts, in order), or its Problem:
+        what `show` and `report` place the record's fields in (views/record_marks.py)."""
+        conversation, flags = _unflagged(conversation)
+        item = self._render(conversation)
+        if isinstance(item, Problem):
+            return item
+        chosen = self._samples_or_problem(conversation, flags, *item)
+        return chosen if isinstance(chosen, Problem) else chosen[0]
+
     def _timed_out(self, conversation: Conversation) -> RenderTooLong:
         origin = conversation.origin
         return RenderTooLong(f"conversation {shown_id(origin.id)} (source row {origin.index}): a render of "

@@ -9,6 +9,9 @@ stand there exactly once, and putting the fields back in place of their sentinel
 rendered text exactly. Only then are the sentinels' places, shifted by the length differences, the
 fields' places. A field whose sentinel the template does not write is not written (a template that
 drops earlier turns' reasoning); any other outcome raises MaskError naming the message.
+
+`message_fields` adds each tool message's `content` (a tool result): what `show` and `report` place
+to mark a row's tool calls, results and reasoning from the record (views/record_marks.py).
 """
 
 from __future__ import annotations
@@ -39,9 +42,10 @@ def fail(message_index: int, why: str, fix: str | None = None) -> MaskError:
 @dataclass(frozen=True)
 class Placed:
     message: int
-    kind: str  # content, reasoning, tool_call
+    kind: str  # content, reasoning, tool_call, tool_result
     start: int
     end: int
+    call: int | None = None  # a tool call's index within its message (its name and arguments share it)
 
 
 def assistant_fields(messages) -> list[tuple[int, tuple, str]]:
@@ -67,7 +71,16 @@ def assistant_fields(messages) -> list[tuple[int, tuple, str]]:
     return fields
 
 
-def _kind(path: tuple) -> str:
+def message_fields(messages) -> list[tuple[int, tuple, str]]:
+    """assistant_fields, and the non-empty string content of every tool message (a tool result)."""
+    results = [(index, ("content",), message["content"]) for index, message in enumerate(messages)
+               if message.get("role") == "tool" and isinstance(message.get("content"), str) and message["content"]]
+    return sorted(assistant_fields(messages) + results, key=lambda field: field[0])
+
+
+def _kind(message: dict, path: tuple) -> str:
+    if message.get("role") == "tool":
+        return "tool_result"
     return "reasoning" if path[0] in REASONING_FIELDS else "content" if path[0] == "content" else "tool_call"
 
 
@@ -94,10 +107,11 @@ def _with_marks(messages, fields, marks) -> tuple[dict, ...]:
     return tuple(out)
 
 
-def place_fields(messages, tools, text: str, render: Callable[..., str]) -> list[Placed]:
-    """The place of every assistant field the template writes, in text order; raises MaskError
-    unless the render is reproduced exactly from those places."""
-    fields = assistant_fields(messages)
+def place_fields(messages, tools, text: str, render: Callable[..., str],
+                 fields: list[tuple[int, tuple, str]] | None = None) -> list[Placed]:
+    """The place of every assistant field (or of `fields`: message_fields) the template writes, in
+    text order; raises MaskError unless the render is reproduced exactly from those places."""
+    fields = assistant_fields(messages) if fields is None else fields
     if not fields:
         return []
     marks = _marks(text, len(fields))
@@ -111,7 +125,8 @@ def place_fields(messages, tools, text: str, render: Callable[..., str]) -> list
     for k, mark in enumerate(marks):
         at = marked.find(mark)
         if at >= 0 and marked.find(mark, at + 1) >= 0:
-            raise fail(fields[k][0], f"the template writes its {_kind(fields[k][1])} more than once")
+            index, path, _ = fields[k]
+            raise fail(index, f"the template writes its {_kind(messages[index], path)} more than once")
         if at >= 0:
             found.append((at, k))
     placed, cursor, shift = [], 0, 0
@@ -120,7 +135,8 @@ def place_fields(messages, tools, text: str, render: Callable[..., str]) -> list
         piece = marked[cursor:at]
         if not text.startswith(piece, cursor + shift) or not text.startswith(value, at + shift):
             raise _not_verbatim(index)
-        placed.append(Placed(index, _kind(path), at + shift, at + shift + len(value)))
+        placed.append(Placed(index, _kind(messages[index], path), at + shift, at + shift + len(value),
+                             path[1] if path[0] == "tool_calls" else None))
         cursor = at + len(marks[k])
         shift += len(value) - len(marks[k])
     if text[cursor + shift:] != marked[cursor:]:

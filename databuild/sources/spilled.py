@@ -26,7 +26,7 @@ def spilled_batch(pieces: list, malformed: dict[int, BadConversation], known_bad
 
 def read_bucket(path: Path) -> Iterator[Conversation]:
     table = open_bucket(path)
-    conversations = _conversations(table)
+    conversations = conversations_of(table)
     for k in np.argsort(table.column("position").to_numpy(), kind="stable"):
         yield conversations[k]
 
@@ -36,8 +36,8 @@ def open_bucket(path: Path) -> pa.Table:
         return pa.ipc.open_file(source).read_all()
 
 
-def _conversations(table: pa.Table) -> list[Conversation]:
-    """The conversations of rows of a bucket file, in the table's order."""
+def conversations_of(table: pa.Table) -> list[Conversation]:
+    """The conversations of rows of a bucket file (or of a table in its columns), in the table's order."""
     positions = table.column("position").to_numpy()
     indices = table.column("index").to_numpy()
     ids, sources = table.column("id").to_pylist(), table.column("source").to_pylist()
@@ -80,7 +80,7 @@ class SpilledBatch:
     malformed: dict[int, BadConversation]  # by source row index: the batch's conversations that are malformed
 
     def read(self) -> list[Conversation]:
-        out = [c for path, rows in self.pieces for c in _conversations(_rows_of(open_bucket(path), rows))]
+        out = [c for path, rows in self.pieces for c in conversations_of(_rows_of(open_bucket(path), rows))]
         return list(marked(out, self.malformed))
 
     def __len__(self) -> int:

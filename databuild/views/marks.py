@@ -1,5 +1,6 @@
 """Where a decoded row shows tool calls, tool results and reasoning, read from the markup the chat
-template wrote around them.
+template wrote around them: the fallback of views/record_marks.py, for the segments whose
+conversation cannot be re-rendered from its source here.
 
 The row file holds tokens, masks and conversation boundaries, not which message each token came
 from, so `show` and `report` cannot know a message's role exactly. They find the markup that the

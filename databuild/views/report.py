@@ -20,20 +20,28 @@ from ..rowfile.read import open_parquet, read_rows
 from ..publish.manifest_read import manifest_beside
 from ..inputs.tokenizer import tokenizer_dir
 from .row_stats import RowStats, row_stats
+from .record_marks import record_marks
 from .show import check_decodable, compose, decode_spans, id_texts, printable, row_header, spans
 
 
-def viewer(parquet: pq.ParquetFile, path: Path, manifest: dict | None, count: int, tokenizer, note: str) -> str:
+def viewer(parquet: pq.ParquetFile, path: Path, manifest: dict | None, count: int, tokenizer, note: str,
+           config: str | None = None) -> str:
+    """The first `count` rows decoded (token ids without a tokenizer), their tool calls, tool results and
+    reasoning marked from the record where its source is here (views/record_marks.py, `config`)."""
     total = parquet.metadata.num_rows
-    out = [f'<p class="note">{html.escape(note)}</p>']
-    for row in read_rows(parquet, path, 0, min(count, total), (manifest or {}).get("continued_rows")):
-        parts = spans(row)
+    rows = read_rows(parquet, path, 0, min(count, total), (manifest or {}).get("continued_rows"))
+    marks = record_marks(rows, manifest, config)
+    out = [f'<p class="note">{html.escape(line)}</p>' for line in (note, marks.note) if line]
+    for row in rows:
+        marked = marks.of_row(row)
+        parts = spans(row, marked)
         if tokenizer is not None:
             check_decodable(tokenizer, row, path)
         texts = decode_spans(tokenizer, row, parts) if tokenizer is not None else id_texts(row, parts)
         body = compose(row, parts, texts, target=lambda s: f"<mark>{s}</mark>",
                        marker=lambda s: f'<span class="conv">{s}</span>', escape=lambda s: html.escape(printable(s)),
-                       region=lambda s: f'<span class="region {s.strip("⟨/⟩").replace(" ", "-")}">{s}</span>')
+                       region=lambda s: f'<span class="region {s.strip("⟨/⟩").replace(" ", "-")}">{s}</span>',
+                       marked=marked)
         out.append(f'<details{" open" if row.index == 0 else ""}><summary>{html.escape(row_header(row, total))}'
                    f'</summary><pre>{body}</pre></details>')
     return "".join(out)
@@ -172,15 +180,17 @@ def funnel(manifest: dict | None, path: Path | None = None) -> str:
     return f'<div class="grid">{charts}</div>' if charts else ""
 
 
-def render_report(path: Path, rows: int = 8, name_or_dir: str | None = None, against: str | None = None) -> str:
-    """The whole page, as one string; with `against`, a section saying why the two differ."""
+def render_report(path: Path, rows: int = 8, name_or_dir: str | None = None, against: str | None = None,
+                  config: str | None = None) -> str:
+    """The whole page, as one string; with `against`, a section saying why the two differ; `config`: whose
+    source the row viewer re-renders (views/record_marks.py)."""
     parquet, manifest = open_parquet(path), manifest_beside(path)
     stats = row_stats(parquet, path)
     shown = min(rows, len(stats.tokens))
     rows_html, loaded = "", {}
     if shown:
         tokenizer, note, loaded = _viewer_tokenizer(path, name_or_dir, manifest)
-        rows_html = viewer(parquet, path, manifest, shown, tokenizer, note)
+        rows_html = viewer(parquet, path, manifest, shown, tokenizer, note, config)
     name = (manifest or {}).get("name") or path.name.removesuffix(".parquet")
     row_tokens = int(stats.tokens.max(initial=0))  # the file's, for the charts: checks() flags a manifest that differs
     warnings = "".join(f'<div class="warn">{html.escape(w)}</div>' for w in checks(path, stats, manifest)

@@ -1,5 +1,6 @@
-"""`databuild show`: one row decoded, its targets, conversation starts, and the tool calls, tool
-results and reasoning its markup shows (views/marks.py) marked.
+"""`databuild show`: one row decoded, its targets, conversation starts, and its tool calls, tool
+results and reasoning marked: from the record where its source is here (views/record_marks.py), else
+from the markup in the decoded text (views/marks.py).
 
 Only the row group holding the row is read (rowfile.read.read_rows locates it from the parquet footer), so row 6,000 of a
 6,400 x 8,192 file costs one row group, not the file. The tokenizer comes from `pinned_tokenizer`.
@@ -15,7 +16,8 @@ import numpy as np
 
 from ..rowfile.read import StoredRow
 from ..rowfile.schema import check_token_ids
-from .marks import regions
+from .marks import Region, regions
+from .record_marks import TokenRegion
 
 # Control characters would move the cursor or recolour the terminal (data can hold ANSI escapes);
 # print C0/DEL as their Unicode "control pictures" and C1 as \x.. instead. Newline and tab stay.
@@ -32,12 +34,13 @@ class Span:
     segment: int
 
 
-def spans(row: StoredRow) -> list[Span]:
-    """Runs of equal mask, also cut where a conversation starts, up to the padding (shown apart by
-    compose); vectorised, no loop over tokens."""
+def spans(row: StoredRow, marked: dict[int, list[TokenRegion]] | None = None) -> list[Span]:
+    """Runs of equal mask, also cut where a conversation starts and where a region of `marked` (by
+    segment) opens or closes, up to the padding (shown apart by compose); vectorised, no loop over tokens."""
     size = row.padding_start
     flips = np.flatnonzero(np.diff(row.loss_mask.astype(np.int8))) + 1
-    cuts = np.union1d(np.union1d(flips, row.seq_start_id), [0, size])
+    bounds = [b for found in (marked or {}).values() for r in found for b in (r.start, r.end)]
+    cuts = np.union1d(np.union1d(np.union1d(flips, row.seq_start_id), [0, size]), np.array(bounds, dtype=np.int64))
     starts, ends = cuts[:-1], cuts[1:]
     segments = np.searchsorted(row.seq_start_id, starts, side="right") - 1
     return [Span(int(s), int(e), bool(row.loss_mask[s]), int(g))
@@ -74,9 +77,22 @@ def printable(text: str) -> str:
     return text.translate(_PRINTABLE)
 
 
-def pieces(parts: list[Span], texts: list[str]) -> list[tuple[Span, list[str], str]]:
-    """(span, region labels before it, a piece of its text): the texts cut where the regions of
-    views/marks.py (tool calls, tool results, reasoning) open and close within each segment."""
+def _record_regions(parts: list[Span], texts: list[str], found: list[TokenRegion]) -> list[Region]:
+    """A segment's token regions (each bound a span's start or end: spans cut there) as character
+    offsets in the segment's text."""
+    at, offset = {}, 0
+    for part, text in zip(parts, texts):
+        at.setdefault(part.start, offset)
+        offset += len(text)
+        at[part.end] = offset
+    return [Region(at[r.start], at[r.end], r.kind) for r in found if r.start in at and r.end in at and r.start < r.end]
+
+
+def pieces(parts: list[Span], texts: list[str],
+           marked: dict[int, list[TokenRegion]] | None = None) -> list[tuple[Span, list[str], str]]:
+    """(span, region labels before it, a piece of its text): the texts cut where the regions (tool
+    calls, tool results, reasoning) open and close within each segment: `marked`'s (by segment) where
+    it has the segment, else those views/marks.py reads in the segment's text."""
     out: list[tuple[Span, list[str], str]] = []
     first = 0
     while first < len(parts):
@@ -84,7 +100,10 @@ def pieces(parts: list[Span], texts: list[str]) -> list[tuple[Span, list[str], s
         while last < len(parts) and parts[last].segment == parts[first].segment:
             last += 1
         bounds: dict[int, list[str]] = {}
-        for region in regions("".join(texts[first:last])):
+        segment = parts[first].segment
+        found = _record_regions(parts[first:last], texts[first:last], marked[segment]) \
+            if marked is not None and segment in marked else regions("".join(texts[first:last]))
+        for region in found:
             bounds.setdefault(region.start, []).append(f"⟨{region.kind}⟩")
             bounds.setdefault(region.end, []).insert(0, f"⟨/{region.kind}⟩")
         offset = 0
@@ -103,14 +122,14 @@ def pieces(parts: list[Span], texts: list[str]) -> list[tuple[Span, list[str], s
 
 def compose(row: StoredRow, parts: list[Span], texts: list[str], *, target: Callable[[str], str],
             marker: Callable[[str], str], escape: Callable[[str], str] = printable,
-            region: Callable[[str], str] | None = None) -> str:
+            region: Callable[[str], str] | None = None, marked: dict[int, list[TokenRegion]] | None = None) -> str:
     """The row as text: a marker line where each conversation segment starts, targets wrapped, and
-    with `region`, the labels of views/marks.py where tool calls, tool results and reasoning open
-    and close (⟨tool call⟩ ... ⟨/tool call⟩)."""
+    with `region`, labels where tool calls, tool results and reasoning open and close (⟨tool call⟩
+    ... ⟨/tool call⟩): `marked`'s regions (by segment, from the record), else views/marks.py's."""
     out, at_line_start, previous = [], True, None
     starts = set(row.seq_start_id.tolist())
     ends = np.append(row.seq_start_id[1:], len(row.input_ids))
-    cut = pieces(parts, texts) if region is not None else [(p, [], t) for p, t in zip(parts, texts)]
+    cut = pieces(parts, texts, marked) if region is not None else [(p, [], t) for p, t in zip(parts, texts)]
     for part, labels, text in cut:
         if part.start in starts and part is not previous:
             k = part.segment
