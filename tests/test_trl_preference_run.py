@@ -6,7 +6,8 @@ and rejected completions (its own precompute_ref_log_probs pass, TRL's collator 
 sums computed here from the native rows alone (the prompt and completion run as one sequence,
 log-softmax, summed where the native loss mask is 1), within 1e-9 (measured: below 1e-12 in float64);
 after training steps against a frozen reference, its loss on a batch equals the DPO loss from those
-independent sums; and the written script trains on this machine as it is.
+independent sums; and the written script trains on this machine as it is. KTOTrainer, likewise, over
+the pairs unpaired: its sums over each completion, and over the mismatched KL pairs its trainer builds.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import TOKENIZER_DIR
-from databuild.export.trl_preference import DpoFormat
+from databuild.export.trl_preference import DpoFormat, KtoFormat
 
 torch = pytest.importorskip("torch", reason="torch is not installed (an optional test: pip install torch trl==1.9.0)")
 trl = pytest.importorskip("trl", reason="trl is not installed (an optional test: pip install trl==1.9.0)")
@@ -62,6 +63,19 @@ def native_pairs(tokenizer) -> pa.Table:
     return pa.table(rows)
 
 
+def unpaired(native: pa.Table) -> pa.Table:
+    """Each pair as two unpaired rows, chosen desirable and rejected not (as TRL's unpair_preference_dataset)."""
+    rows = {"id": [], "prompt_input_ids": [], "completion_input_ids": [], "completion_loss_mask": [], "label": []}
+    for row in native.to_pylist():
+        for side, label in (("chosen", True), ("rejected", False)):
+            rows["id"].append(f"{row['id']}-{side}")
+            rows["prompt_input_ids"].append(row["prompt_input_ids"])
+            rows["completion_input_ids"].append(row[f"{side}_input_ids"])
+            rows["completion_loss_mask"].append(row[f"{side}_loss_mask"])
+            rows["label"].append(label)
+    return pa.table(rows)
+
+
 def tiny_llama(vocab_size: int, dtype=torch.float64):
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -72,45 +86,50 @@ def tiny_llama(vocab_size: int, dtype=torch.float64):
     return LlamaForCausalLM(config).to(dtype).eval()
 
 
-def native_sums(model, native: pa.Table) -> dict[str, np.ndarray]:
-    """Per pair and side: the sum of log p(token | the tokens before it) over the native targets, each
+def target_sum(model, prompt: list[int], completion: list[int], mask: list[int]) -> float:
+    """The sum of log p(token | the tokens before it) over the targets `mask` marks in `completion`,
     prompt + completion run alone, unpadded."""
-    sums = {"chosen": [], "rejected": []}
-    for row in native.to_pylist():
-        for side in sums:
-            ids = row["prompt_input_ids"] + row[f"{side}_input_ids"]
-            mask = np.array([0] * len(row["prompt_input_ids"]) + row[f"{side}_loss_mask"], dtype=bool)
-            with torch.no_grad():
-                logps = torch.log_softmax(model(input_ids=torch.tensor([ids])).logits[0], dim=-1)
-            targets = np.flatnonzero(mask)
-            assert targets.size and targets[0] > 0
-            sums[side].append(float(logps[targets - 1, torch.tensor(ids)[targets]].sum()))
-    return {side: np.array(values) for side, values in sums.items()}
+    ids = prompt + completion
+    targets = len(prompt) + np.flatnonzero(np.array(mask, dtype=bool))
+    assert targets.size and targets[0] > 0
+    with torch.no_grad():
+        logps = torch.log_softmax(model(input_ids=torch.tensor([ids])).logits[0], dim=-1)
+    return float(logps[targets - 1, torch.tensor(ids)[targets]].sum())
+
+
+def native_sums(model, native: pa.Table, sides=("chosen", "rejected")) -> dict[str, np.ndarray]:
+    """Per row and side: the native targets' sum."""
+    return {side: np.array([target_sum(model, r["prompt_input_ids"], r[f"{side}_input_ids"], r[f"{side}_loss_mask"])
+                            for r in native.to_pylist()]) for side in sides}
+
+
+def exported(directory, fmt, native):
+    """`native` exported by `fmt` into `directory` (rows, arguments, script) and the script's trainer class."""
+    from transformers import AutoTokenizer
+    from ruamel.yaml import YAML
+
+    tokenizer = AutoTokenizer.from_pretrained(TOKENIZER_DIR)
+    kind, out = fmt.kind.lower(), directory / "pairs.parquet"
+    pq.write_table(fmt.convert((0, native, "pairs.native.parquet")), out)
+    for name, text in fmt.trainer_config(out, 0, native.num_rows).items():
+        (directory / name).write_text(text)
+    arguments = YAML(typ="safe", pure=True).load((directory / f"pairs.{kind}.yaml").read_text())
+    script = runpy.run_path(str(directory / f"pairs.{kind}.py"), run_name=f"databuild_{kind}_script")
+    return directory, out, native, tokenizer, arguments, script[f"Tokenized{fmt.kind}Trainer"]
 
 
 @pytest.fixture(scope="module")
 def export(tmp_path_factory):
-    """The export of the native pairs (rows, DPOConfig arguments, script) and the script's trainer class."""
     from transformers import AutoTokenizer
-    from ruamel.yaml import YAML
 
-    directory = tmp_path_factory.mktemp("dpo")
-    tokenizer = AutoTokenizer.from_pretrained(TOKENIZER_DIR)
-    native = native_pairs(tokenizer)
-    fmt, out = DpoFormat(), directory / "pairs.parquet"
-    pq.write_table(fmt.convert((0, native, "pairs.native.parquet")), out)
-    for name, text in fmt.trainer_config(out, 0, native.num_rows).items():
-        (directory / name).write_text(text)
-    arguments = YAML(typ="safe", pure=True).load((directory / "pairs.dpo.yaml").read_text())
-    script = runpy.run_path(str(directory / "pairs.dpo.py"), run_name="databuild_dpo_script")
-    return directory, out, native, tokenizer, arguments, script["TokenizedDPOTrainer"]
+    return exported(tmp_path_factory.mktemp("dpo"), DpoFormat(), native_pairs(AutoTokenizer.from_pretrained(TOKENIZER_DIR)))
 
 
-def trainer_over(export, model, tmp_path, ref_model=None, **settings):
+def trainer_over(export, model, tmp_path, ref_model=None, config_class=None, **settings):
     from datasets import load_dataset
 
     directory, out, native, tokenizer, arguments, trainer_class = export
-    config = trl.DPOConfig(output_dir=str(tmp_path / "run"), report_to=[], save_strategy="no", use_cpu=True,
+    config = (config_class or trl.DPOConfig)(output_dir=str(tmp_path / "run"), report_to=[], save_strategy="no", use_cpu=True,
                            bf16=False, seed=0, logging_steps=1, per_device_train_batch_size=2,
                            **{**arguments, **settings})
     dataset = load_dataset("parquet", data_files=str(out), split="train", cache_dir=str(tmp_path / "cache"))
@@ -171,3 +190,26 @@ def test_the_dpo_script_runs_here_as_written(export, tmp_path):
     assert ran.returncode == 0, ran.stderr[-3000:]
     assert ran.stdout.splitlines()[0].startswith("bf16 ")
     assert "'train_loss'" in ran.stdout + ran.stderr
+
+
+def test_kto_trainer_sums_the_native_targets(export, tmp_path):
+    """KTOTrainer over the unpaired export (each pair as a desirable and an undesirable row): its own
+    per-sequence sums (precompute pass) equal the native targets' sums, and its KL sums are those of each
+    prompt with the completion before it in its batch of two (the rotation the script's trainer writes, as
+    TRL's own _prepare_dataset does)."""
+    native = unpaired(export[2])
+    (tmp_path / "kto").mkdir()
+    kto = exported(tmp_path / "kto", KtoFormat(), native)
+    model = tiny_llama(len(export[3]))
+    trainer = trainer_over(kto, model, tmp_path, config_class=trl.KTOConfig, precompute_ref_log_probs=True)
+    expected = native_sums(model, native, ("completion",))["completion"]
+    found = np.array(trainer.train_dataset["ref_logps"])
+    difference = np.abs(found - expected).max()
+    assert difference < TOLERANCE, difference
+    print(f"KTO completion: max |TRL - native| = {difference:.3g}")
+    rows = pq.read_table(kto[1]).to_pylist()
+    before = [r - 1 if r % 2 else r + 1 for r in range(len(rows))]  # batches of two: (x1, y2), (x2, y1)
+    kl = np.array([target_sum(model, rows[r]["prompt_ids"], rows[b]["completion_ids"], [1] * len(rows[b]["completion_ids"]))
+                   for r, b in enumerate(before)])
+    assert np.abs(np.array(trainer.train_dataset["ref_KL_logps"]) - kl).max() < TOLERANCE
+    assert np.abs(kl - expected).min() > 1.0  # the test can tell the KL pairs from the matched ones

@@ -7,7 +7,8 @@ for tokenized preference rows: DPOTrainer.__init__ runs _prepare_dataset on ever
 EOS to text completions and tokenizes again (L980-1081); KTOTrainer likewise (kto_trainer.py
 L1006-1139). Its collators read `prompt_ids` and `chosen_ids`/`rejected_ids` (`completion_ids`, `label`)
 (dpo_trainer.py L152-210, kto_trainer.py L165-210), which is what the rows hold; the script's trainer
-hands them over as they are by overriding `_prepare_dataset`, the one step that would re-tokenize.
+hands them over as they are by overriding `_prepare_dataset`, the one step that would re-tokenize
+(for KTO it also writes the KL term's mismatched completions, as that step does).
 `max_length: null`: the collator's truncation (keep_start, 1024 by default) would cut targets off
 silently; the build's own length limits apply instead.
 """
@@ -76,8 +77,7 @@ class Tokenized{kind}Trainer({kind}Trainer):
         missing = set(COLUMNS) - set(dataset.column_names or COLUMNS)
         if missing:
             raise ValueError(f"the {{dataset_name}} rows lack {{sorted(missing)}}: not a databuild {self.name} export")
-        return {self.prepared}
-
+{self.prepared}
 
 def main():
     model_name, output_dir = sys.argv[1], sys.argv[2]
@@ -102,7 +102,7 @@ if __name__ == "__main__":
 class DpoFormat(PreferenceFormat):
     name, kind, schema = "trl-dpo", "DPO", DPO_SCHEMA
     columns = ("prompt_ids", "chosen_ids", "rejected_ids")
-    prepared = "dataset"
+    prepared = "        return dataset\n"
     convention = ("TRL DPOTrainer, tokenized: prompt_ids (shared by the pair), chosen_ids and rejected_ids, every "
                   "token of which is a target; a completion's untrained head joins the prompt, its untrained tail is left out")
     cut = staticmethod(dpo_table)
@@ -111,7 +111,15 @@ class DpoFormat(PreferenceFormat):
 class KtoFormat(PreferenceFormat):
     name, kind, schema = "trl-kto", "KTO", KTO_SCHEMA
     columns = ("prompt_ids", "completion_ids", "label")
-    prepared = "dataset"
+    prepared = """\
+        if not self.calculate_KL:
+            return dataset
+        # The KL term's mismatched pairs: each prompt with the completion before it in its batch of
+        # per_device_train_batch_size rows, the first with the last (kto_trainer.py L1096-1112 builds them so).
+        def rotate(batch):
+            return {"KL_completion_ids": batch["completion_ids"][-1:] + batch["completion_ids"][:-1]}
+        return dataset.map(rotate, batched=True, batch_size=args.per_device_train_batch_size)
+"""
     convention = ("TRL KTOTrainer, tokenized: prompt_ids, completion_ids (every token a target), label; a "
                   "completion's untrained head joins the prompt, its untrained tail is left out")
     cut = staticmethod(kto_table)
