@@ -14,6 +14,7 @@ from typing import Iterator
 
 from .config import BuildConfig
 from .encode.encoder import Encoder
+from .errors import BuildError
 from .encode.ends import generation_stops
 from .encode.render import Renderer, load_tokenizer
 from .executors.stream import batches
@@ -25,6 +26,7 @@ from .records.problems import BadConversation, marked, on_bad_conversation
 from .sources.dedup import find_duplicates
 from .sources.holdout import held_out_conversations, held_out_rows
 from .sources.mixture import placement
+from .sources.preference import preference_sources
 from .sources.spill import Spill, expected_prefix
 from .sources.spill_folder import spill_folder
 from .sources.spilled import SpilledBatch
@@ -101,6 +103,9 @@ def prepare(config: BuildConfig, offline: bool = False, window: int = DEFAULT_WI
     pass over the source: it checks every conversation and spills the stream's expected prefix
     (`spill_prefix` overrides it). Nothing is rendered before this. `exclude`: the validation split's
     rows, ids and content keys, which this stream drops."""
+    if preference_sources([spec.format for spec in config.sources]):
+        raise BuildError(f"the sources have the preference format {config.sources[0].format!r}: an SFT build "
+                         "reads conversations; set task: preference to build chosen/rejected pairs")
     pinned = pinned or pin(config, offline)
     inputs = pinned.inputs
     placed = placement(*inputs.selections, config.seed)

@@ -274,8 +274,9 @@ def test_schema_of_another_format_is_named(tmp_path):
 
 @pytest.mark.parametrize("changes, message", [
     ({"sources": [{"repo": "a", "revision": COMMIT, "format": "alpaca"}]},
-     "sources[0]: key 'format' = 'alpaca': known formats: messages, prompt_completion, sharegpt, or a column "
-     "mapping with keys messages, role, content"),
+     "sources[0]: key 'format' = 'alpaca': known formats: messages, prompt_completion, sharegpt; preference "
+     "formats: preference, preference_implicit, unpaired_preference; or a column mapping with keys messages, role, "
+     "content"),
     ({"sources": [{"repo": "a", "revision": COMMIT, "format": {"messages": "turns", "speaker": "x"}}]},
      "sources[0]: format: unknown key 'speaker'"),
     ({"sources": [{"repo": "a", "revision": COMMIT, "take": 0}]}, "sources[0]: key 'take' = 0: a count of rows"),

@@ -78,12 +78,13 @@ def _ignore_fields(raw: Any, format_name: str, columns: dict[str, str], where: s
 
 
 def _format(raw: Any, where: str) -> tuple[str, tuple[tuple[str, str], ...]]:
-    from ..sources.formats import COLUMN_KEYS, FORMATS
+    from ..sources.formats import COLUMN_KEYS, FORMATS, PREFERENCE_FORMATS
 
-    if isinstance(raw, str) and raw in FORMATS:
+    if isinstance(raw, str) and (raw in FORMATS or raw in PREFERENCE_FORMATS):
         return raw, ()
     if not isinstance(raw, dict):
-        raise _fail(where, "format", raw, f"known formats: {', '.join(sorted(FORMATS))}, or a column mapping "
+        raise _fail(where, "format", raw, f"known formats: {', '.join(sorted(FORMATS))}; preference formats: "
+                                          f"{', '.join(PREFERENCE_FORMATS)}; or a column mapping "
                                           f"with keys {', '.join(COLUMN_KEYS)}")
     _reject_unknown(raw, set(COLUMN_KEYS), f"{where}: format")
     for key, value in raw.items():

@@ -30,7 +30,17 @@ OVERLONG = "overlong"  # longer than a row under overlong: error (the packer's s
 DUPLICATE = "duplicate"  # dedup: exact found an earlier conversation the same (sources/dedup.py): always dropped
 NO_TRAINED_TURN = "no_trained_turn"  # train_turns leaves none of its turns (encode/turns.py): always dropped
 HELD_OUT = "validation"  # a training conversation the validation split takes (sources/holdout.py): always dropped
-DROPPED_KINDS = (DUPLICATE, NO_TRAINED_TURN, HELD_OUT)  # dropped and counted whatever on_bad_conversation says
+# A preference row (issue 34; sources/preference/split.py) whose chosen and rejected are the same messages:
+# it teaches no preference, and is dropped and counted whatever on_bad_conversation says (the encode
+# stage drops a pair identical after its cut under this kind too)
+IDENTICAL_COMPLETIONS = "identical_completions"
+DROPPED_KINDS = (DUPLICATE, NO_TRAINED_TURN, HELD_OUT, IDENTICAL_COMPLETIONS)  # dropped and counted whatever on_bad_conversation says
+# A preference row whose prompt cannot be told from its completions (sources/preference/split.py):
+# skipped under on_bad_conversation: skip like SKIPPED_KINDS, counted in a preference build's manifest
+# (kept apart from SKIPPED_KINDS, which an SFT manifest lists whole)
+NO_SHARED_PROMPT = "no_shared_prompt"  # an implicit prompt: chosen and rejected differ from their first message
+COMPLETION_NOT_ASSISTANT = "completion_not_assistant"  # a completion empty, or not starting with the assistant's
+PREFERENCE_SKIPPED_KINDS = (NO_SHARED_PROMPT, COMPLETION_NOT_ASSISTANT)
 
 
 class Problem(NamedTuple):

@@ -1,0 +1,172 @@
+"""Preference formats (issue 34), the shapes TRL's preference trainers read (trl/data_utils.py,
+huggingface/trl@f2cd5771: `is_conversational`, `maybe_extract_prompt`, `extract_prompt`,
+`unpair_preference_dataset`):
+
+- `preference`: TRL's explicit prompt: `prompt`, `chosen`, `rejected`, each a list of messages (the
+  conversational form) or each a string (the standard form: the prompt one user turn, each completion
+  one assistant turn; rendered through the chat template like prompt_completion's strings, where TRL
+  would train on the raw concatenation). A string prompt beside message lists is the implicit shape,
+  refused here with the format to use.
+- `preference_implicit`: `chosen` and `rejected`, each a whole conversation, sharing their prompt as a
+  prefix of messages (Tulu 3's preference mixtures, UltraFeedback-binarized). Their `prompt` string
+  column, which TRL's maybe_extract_prompt passes over without reading, is not read here either: it
+  is refused like any column the format does not read, unless ignore_fields names it.
+- `unpaired_preference`: `prompt`, `completion` (each a list of messages, or each a string) and
+  `label` (true: desirable, false: undesirable), KTO's unpaired shape.
+
+Each row becomes one conversation of the normalised record (record.SOURCE_SCHEMA), so that the
+reader, the checks, the spill and its permutation are SFT's unchanged: the row's columns' messages in
+the order above, the first message of each column marked in its `fields` with PART (the column's
+name; for an unpaired completion `desirable` or `undesirable`). sources/preference/split.py reads the
+marks back into a PreferenceRecord. The marks are the record's own key: a source's unknown message
+field is refused before it (formats/adapter.py), so none can collide with it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from ...errors import quoted
+from ..tool_checks import DataRules
+from .adapter import Adapter
+from .values import Flat, is_string, python_values
+
+PART = "databuild.part"  # the key of a column's first message that names the column (in `fields`)
+LABELS = {True: "desirable", False: "undesirable"}  # an unpaired completion's mark, by its label
+ROLE_OF_STRING = {"prompt": "user", "chosen": "assistant", "rejected": "assistant", "completion": "assistant"}
+
+
+@dataclass(frozen=True)
+class PreferenceColumns(Adapter):
+    """What the three preference formats share: message columns read as prompt_completion reads its
+    two (a list of messages, or a string for one turn), one conversation per row, each column's first
+    message marked."""
+    ignore: frozenset[str] = frozenset()
+    rules: DataRules = DataRules()
+    message_columns: tuple[str, ...] = ()
+    strings: bool = True  # whether the columns may be strings (all of them, or none)
+
+    def expects(self) -> str:
+        kinds = "each a list<struct<content: string, role: string, and optionally the record's other fields>>"
+        return f"{', '.join(self.message_columns)}: {kinds}" + (", or each a string" if self.strings else "") + \
+            ", optionally tools"
+
+    def message_schema_problem(self, schema: pa.Schema) -> str | None:
+        present = [c for c in self.message_columns if c in schema.names]
+        as_strings = [c for c in present if is_string(schema.field(c).type)]
+        if as_strings and not self.strings:
+            return f"column {quoted(as_strings[0])} is a string, not a list of messages"
+        if as_strings and len(as_strings) < len(self.message_columns):
+            lists = [c for c in self.message_columns if c not in as_strings]
+            return (f"columns {', '.join(as_strings)} are strings and {', '.join(lists)} not: each all strings or all "
+                    "lists of messages" + self.mixed_hint(as_strings))
+        for column in self.message_columns:
+            if column in as_strings:
+                continue
+            problem = self.message_struct_problem(schema, column, "role", "content")
+            if problem is not None:
+                return problem
+        return None
+
+    def mixed_hint(self, as_strings: list[str]) -> str:
+        return ""
+
+    def marks(self, batch: pa.RecordBatch, problems: dict[int, str]) -> list[list[str | None]]:
+        """Each column's mark for each row (None: the row is refused, nothing marked)."""
+        return [[column] * batch.num_rows for column in self.message_columns]
+
+    def to_messages(self, batch: pa.RecordBatch) -> Flat:
+        parts, problems, dropped = [], {}, Counter()
+        for column in self.message_columns:
+            values = batch.column(column)
+            for row in np.flatnonzero(values.is_null().to_numpy(zero_copy_only=False)):
+                problems.setdefault(int(row), f"{column} is null")
+            if is_string(values.type):
+                present = values.is_valid().to_numpy(zero_copy_only=False)
+                offsets = np.concatenate([[0], np.cumsum(present, dtype=np.int64)])
+                contents = values.drop_null().cast(pa.string())
+                roles = pa.array([ROLE_OF_STRING[column]] * len(contents), pa.string())
+                parts.append(Flat(offsets, roles, contents, pa.nulls(len(contents), pa.string()), {}))
+                continue
+            part = self.flat_messages(values, "role", "content")
+            for row, reason in part.problems.items():
+                problems.setdefault(row, f"{column}: {reason}")
+            for row in np.flatnonzero((np.diff(part.offsets) == 0) & values.is_valid().to_numpy(zero_copy_only=False)):
+                problems.setdefault(int(row), f"{column} is an empty list of messages")
+            dropped.update(part.dropped)
+            parts.append(part)
+        marks = self.marks(batch, problems)
+        fields = []
+        for part, column_marks in zip(parts, marks):
+            texts = python_values(part.fields)
+            for row, mark in enumerate(column_marks):
+                first = int(part.offsets[row])
+                if row in problems or mark is None or first == part.offsets[row + 1]:
+                    continue
+                own = texts[first]
+                texts[first] = json.dumps({PART: mark, **(json.loads(own) if own else {})}, ensure_ascii=False)
+            fields.append(pa.array(texts, pa.string()))
+        # Row by row, each column's messages in turn: a stable sort of items by row.
+        rows = np.concatenate([np.repeat(np.arange(batch.num_rows), np.diff(part.offsets)) for part in parts])
+        order = pa.array(np.argsort(rows, kind="stable"))
+        roles, contents = (pa.concat_arrays([getattr(part, name).cast(pa.string()) for part in parts]).take(order)
+                           for name in ("roles", "contents"))
+        offsets = sum(part.offsets for part in parts)
+        return Flat(offsets, roles, contents, pa.concat_arrays(fields).take(order), problems, dropped)
+
+
+@dataclass(frozen=True)
+class ExplicitPreference(PreferenceColumns):
+    message_columns: tuple[str, ...] = ("prompt", "chosen", "rejected")
+
+    def mixed_hint(self, as_strings: list[str]) -> str:
+        return (" (a string prompt beside conversations in chosen and rejected is the implicit shape: format: "
+                "preference_implicit, with prompt in ignore_fields)") if as_strings == ["prompt"] else ""
+
+
+@dataclass(frozen=True)
+class ImplicitPreference(PreferenceColumns):
+    message_columns: tuple[str, ...] = ("chosen", "rejected")
+    strings: bool = False  # TRL extracts a prompt from two strings by characters: refused (a prompt is messages)
+
+
+@dataclass(frozen=True)
+class UnpairedPreference(PreferenceColumns):
+    message_columns: tuple[str, ...] = ("prompt", "completion")
+    label: str = "label"
+
+    def expects(self) -> str:
+        return f"{super().expects()}, and {self.label}: bool"
+
+    def message_schema_problem(self, schema: pa.Schema) -> str | None:
+        if self.label not in schema.names:
+            return f"missing column {quoted(self.label)}"
+        kind = schema.field(self.label).type
+        if not (pa.types.is_boolean(kind) or pa.types.is_null(kind) or isinstance(kind, pa.JsonType)):
+            return f"column {quoted(self.label)} is {kind}, not bool"
+        return super().message_schema_problem(schema)
+
+    def unread_columns(self, schema: pa.Schema) -> tuple[str, ...]:
+        return tuple(name for name in super().unread_columns(schema) if name != self.label)
+
+    def read_columns(self, schema: pa.Schema) -> list[str]:
+        return super().read_columns(schema) + [self.label]
+
+    def marks(self, batch: pa.RecordBatch, problems: dict[int, str]) -> list[list[str | None]]:
+        labels = []
+        for row, value in enumerate(python_values(batch.column(self.label))):
+            if not isinstance(value, bool):  # a JSON 1 is not true
+                problems.setdefault(row, f"{self.label} is {json.dumps(value)[:40] if value is not None else 'null'}, "
+                                         "not true or false")
+            labels.append(LABELS.get(value) if isinstance(value, bool) else None)
+        return [["prompt"] * batch.num_rows, labels]
+
+
+PREFERENCE_FORMATS: dict[str, Adapter] = {"preference": ExplicitPreference(),
+                                          "preference_implicit": ImplicitPreference(),
+                                          "unpaired_preference": UnpairedPreference()}
