@@ -21,7 +21,6 @@ from typing import Sequence
 
 from ...errors import BuildError
 from ...records.conversation import Conversation
-from ...records.origin import Origin
 from ...records.preference import PreferenceRecord
 from ...records.problems import COMPLETION_NOT_ASSISTANT, IDENTICAL_COMPLETIONS, NO_SHARED_PROMPT, Problem
 from ..formats.preference import LABELS, PART
@@ -85,7 +84,7 @@ def _parts(messages: Sequence[dict]) -> list[tuple[str, list[dict]]]:
 
 def preference_record(conversation: Conversation) -> PreferenceRecord:
     """The record of a spilled preference row (its problem carried, none found: the row's problem)."""
-    origin = Origin(conversation.position, conversation.index, conversation.id, conversation.source)
+    origin = conversation.origin
     if conversation.problem is not None:
         return PreferenceRecord(origin, (), (), tools=conversation.tools, problem=conversation.problem)
     parts = _parts(conversation.messages)
