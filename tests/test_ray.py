@@ -160,3 +160,33 @@ def test_without_ray_installed(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` now raises ImportError
     with pytest.raises(BuildError, match=r"^the ray executor needs the extra: pip install 'databuild\[ray\]'$"):
         ray_encode_batches(batches(conversations(), 16), encoder, 1, None)  # at the call, before any result
+
+
+def test_actor_methods_run_on_the_worker_main_thread(ray_instance):
+    """Where the render limit's SIGALRM is delivered (encode/render_limit.py); elsewhere its watchdog
+    would bound the render instead."""
+    import threading
+
+    class Where:
+        def main(self) -> bool:
+            return threading.current_thread() is threading.main_thread()
+
+    actor = ray.remote(num_cpus=1)(Where).remote()
+    assert ray.get(actor.main.remote()) is True
+    ray.kill(actor)
+
+
+def test_a_render_that_never_ends_stops_a_ray_build_in_one_line(ray_instance, tmp_path):
+    from conftest import write_config
+    from databuild.config import load_config
+    from test_build import OK_ROWS, write_source
+    from test_render_limit import endless_tokenizer
+
+    config = load_config(write_config(tmp_path / "c.yaml", source={"dir": str(write_source(tmp_path, OK_ROWS))},
+                                      tokenizer=endless_tokenizer(tmp_path), rows=4, render_timeout=1,
+                                      on_bad_conversation="skip"))
+    with pytest.raises(BuildError, match=r"^conversation 'ok-1.*a render of it took longer than 1 s \(render_timeout\)"
+                                         r".*nothing was written$") as caught:
+        make(config, tmp_path / "out", progress=False, executor="ray", workers=2, batch_size=3)
+    assert "\n" not in str(caught.value)
+    assert not (tmp_path / "out" / "c.parquet").exists()

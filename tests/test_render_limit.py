@@ -102,3 +102,59 @@ def test_a_render_within_the_limit_is_not_disturbed(tokenizer):
     time.sleep(0.1)  # past every timer that could still be set
     assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
     os.kill(os.getpid(), signal.SIGALRM)  # handled here, between two steps of this test: nothing raised
+
+
+def test_a_build_on_a_thread_of_its_own_is_bounded_too(tmp_path):
+    """Signals reach only the main thread: a build the Python API makes on another thread (a notebook's, a
+    service's pool) has its renders bounded by the watchdog, and stops with the same line."""
+    import threading
+
+    from databuild.build import make
+    from databuild.config import load_config
+
+    config = load_config(write_config(tmp_path / "c.yaml", source={"dir": str(write_source(tmp_path, OK_ROWS))},
+                                      tokenizer=endless_tokenizer(tmp_path), rows=4, render_timeout=0.5))
+    raised = []
+
+    def build():
+        try:
+            make(config, tmp_path / "out", progress=False)
+        except BaseException as exc:  # noqa: BLE001 (what reaches the thread is what is checked)
+            raised.append(exc)
+
+    thread = threading.Thread(target=build, daemon=True)
+    thread.start()
+    thread.join(120)
+    assert not thread.is_alive(), "the render on a thread of its own was not bounded"
+    assert len(raised) == 1 and isinstance(raised[0], BuildError), raised
+    assert "a render of it took longer than 0.5 s (render_timeout)" in str(raised[0])
+
+
+def test_renders_on_another_thread_within_the_limit_are_not_disturbed(tokenizer):
+    """The watchdog fires only while its render runs: after renders that ended in time, nothing is raised
+    on the thread later, however close to the limit they ended."""
+    import threading
+
+    from databuild.encode.render import Renderer
+
+    renderer = Renderer.for_tokenizer(tokenizer, {"current_date": "2026-10-01"}, timeout=0.002)
+    errors: list[BaseException] = []
+
+    def renders():
+        try:
+            for _ in range(200):
+                try:
+                    renderer.render([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}])
+                except BaseException as exc:  # noqa: BLE001 (a render may take longer than 2 ms under load)
+                    if type(exc).__name__ != "RenderTimedOut":
+                        raise
+            deadline = time.monotonic() + 0.2
+            while time.monotonic() < deadline:  # bytecodes, where a late exception would be raised
+                pass
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    thread = threading.Thread(target=renders)
+    thread.start()
+    thread.join(60)
+    assert not thread.is_alive() and errors == []

@@ -1,8 +1,16 @@
-"""Render stage: the wall-clock limit of one render (a SIGALRM that raises RenderTimedOut in the render's
-own Python code), so that a template that never ends costs a conversation, not the build."""
+"""Render stage: the wall-clock limit of one render, RenderTimedOut raised in the render's own Python code
+(a SIGALRM on a process's main thread; on any other thread, a watchdog timer that sets it as the thread's
+asynchronous exception), so that a template that never ends stops the build in one line, never hangs it.
+
+Where renders run: every executor renders on a main thread (the build's process, with the tokenizer's
+work alone on a helper thread: executors/stream.py; each worker process; each Ray actor, whose methods a
+non-async actor of one concurrency runs on its worker's main thread, as test_ray checks); a caller of
+the Python API may make a build on a thread of its own, where the watchdog bounds it.
+"""
 
 from __future__ import annotations
 
+import ctypes
 import signal
 import threading
 from contextlib import contextmanager
@@ -29,15 +37,18 @@ def _time_is_up(signum, frame) -> None:
 
 @contextmanager
 def time_limit(seconds: float | None):
-    """Raises RenderTimedOut in the code it wraps once `seconds` of wall-clock time have passed: a SIGALRM
-    whose handler raises between two bytecodes of the render, which is Python (Jinja compiles a template to
-    Python), and which holds no lock nor shared state that the exception could leave half-changed. Signals
-    reach only a process's main thread, where every executor renders (the build's process, each worker
-    process, each Ray actor); on another thread, and with `seconds` None, there is no limit. The handler stays
-    set once set, and does nothing outside a render."""
+    """Raises RenderTimedOut in the code it wraps once `seconds` of wall-clock time have passed (none with
+    `seconds` None), between two bytecodes of the render, which is Python (Jinja compiles a template to
+    Python), and which holds no lock nor shared state that the exception could leave half-changed. On the
+    main thread, a SIGALRM: the handler stays set once set, and does nothing outside a render. Signals reach
+    only the main thread, so on any other one, `_watched`."""
     global _armed
-    if seconds is None or threading.current_thread() is not threading.main_thread():
+    if seconds is None:
         yield
+        return
+    if threading.current_thread() is not threading.main_thread():
+        with _watched(seconds):
+            yield
         return
     if signal.getsignal(signal.SIGALRM) is not _time_is_up:  # set once: setting it each render cost 17 us
         signal.signal(signal.SIGALRM, _time_is_up)
@@ -48,3 +59,34 @@ def time_limit(seconds: float | None):
     finally:
         _armed = False  # first: a SIGALRM handled after this point raises nothing
         signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+_set_async_exc = ctypes.pythonapi.PyThreadState_SetAsyncExc
+_set_async_exc.argtypes = (ctypes.c_ulong, ctypes.py_object)
+
+
+@contextmanager
+def _watched(seconds: float):
+    """time_limit on a thread that is not the main one: a timer thread sets RenderTimedOut as this thread's
+    asynchronous exception (CPython raises it at the thread's next bytecode, as it does a signal's).
+    Under a lock, the timer fires only while the render runs, and on the way out one it fired that has
+    not been raised yet is taken back, so that nothing is raised after the render."""
+    thread, lock, state = threading.get_ident(), threading.Lock(), {"armed": True, "fired": False}
+
+    def time_is_up() -> None:
+        with lock:
+            if state["armed"]:
+                state["armed"], state["fired"] = False, True
+                _set_async_exc(thread, RenderTimedOut)
+
+    timer = threading.Timer(seconds, time_is_up)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        with lock:
+            state["armed"] = False
+            if state["fired"]:
+                _set_async_exc(thread, ctypes.py_object())  # NULL: clears one still pending
+        timer.cancel()
