@@ -114,7 +114,7 @@ def verify_command(parquet, manifest, recipe, rows_sha256, parquet_sha256, segme
 
 @click.command("export")
 @click.argument("parquet", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--to", "to", required=True, type=click.Choice(["megatron-bridge", "miles", "hf"]),
+@click.option("--to", "to", required=True, type=click.Choice(["megatron-bridge", "miles", "hf", "trl-dpo", "trl-kto"]),
               help="The trainer's format (data/README.md, \"Trainers\").")
 @click.option("-o", "--out", required=True, type=click.Path(dir_okay=False, path_type=Path),
               help="The export's file, ending in .parquet; beside it go its manifest (OUT without .parquet, "
@@ -123,7 +123,8 @@ def verify_command(parquet, manifest, recipe, rows_sha256, parquet_sha256, segme
 def export_command(parquet, to, out):
     """Write a verified row file in a trainer's format, with a manifest and the trainer's
     configuration for exactly this file beside it (Bridge YAML overrides and Python, miles/slime
-    flags, TRL SFTConfig arguments and a train script).
+    flags, TRL SFTConfig arguments and a train script; for a preference row file, TRL DPOConfig or
+    KTOConfig arguments and a train script).
 
     PARQUET must verify against the manifest beside it: nothing is written otherwise.
 
@@ -132,6 +133,7 @@ def export_command(parquet, to, out):
       databuild export build/NAME.parquet --to megatron-bridge -o packed/training_8192.idx.parquet
       databuild export build/NAME.parquet --to miles -o miles/NAME.parquet
       databuild export build/NAME.parquet --to hf -o hf/NAME.parquet
+      databuild export build/PAIRS.parquet --to trl-dpo -o dpo/PAIRS.parquet
       databuild verify hf/NAME.parquet --from build/NAME.parquet
     """
     from .export import export, make_format
@@ -147,7 +149,9 @@ def export_command(parquet, to, out):
                   "of them the trainer cannot train (counts.unrepresentable in the manifest):")
                + "".join(f"\n    {n} {kind}: {layout.why[kind]}" for kind, n in lost.items())
                + f"\n  padding dropped        {counts['padding_tokens_dropped']} tokens: {layout.padding_why}\n"
-               f"  sha256                 {result.data['output']['sha256']}\n"
+               + ("" if "untrained_tail_tokens_dropped" not in counts else
+                  f"  tails dropped          {counts['untrained_tail_tokens_dropped']} tokens: {layout.tail_why}\n")
+               + f"  sha256                 {result.data['output']['sha256']}\n"
                f"  manifest               {result.manifest}")
     for name in [sidecar["file"] for sidecar in result.data["sidecars"]] + result.data["trainer_config"]:
         click.echo(f"  beside it              {result.path.with_name(name)}")

@@ -10,6 +10,7 @@ import pyarrow as pa
 import pytest
 
 from databuild.errors import BuildError
+from conftest import run
 from databuild.export.preference import DPO_SCHEMA, KTO_SCHEMA, dpo_table, kto_table
 
 
@@ -58,3 +59,14 @@ def test_unpaired_rows_keep_their_label():
     assert out.to_pylist() == [{"id": "u", "prompt_ids": [1, 7], "completion_ids": [30], "label": True},
                                {"id": "v", "prompt_ids": [2, 3], "completion_ids": [40], "label": False}]
     assert tail == 1
+
+
+@pytest.mark.parametrize("to", ["trl-dpo", "trl-kto"])
+def test_a_packed_sft_file_is_refused_in_one_line(tiny_build, tmp_path, to):
+    result = run("export", tiny_build.parquet, "--to", to, "-o", tmp_path / "out.parquet")
+    assert result.exit_code == 1
+    assert result.output.strip() == (f"error: {tiny_build.parquet}: refused: --to {to} reads a preference row file "
+                                     f"with id, prompt_input_ids, " + ("chosen_input_ids, chosen_loss_mask, rejected_input_ids, "
+                                     "rejected_loss_mask" if to == "trl-dpo" else "completion_input_ids, completion_loss_mask, "
+                                     "label") + ", and this file has no id (a packed SFT row file exports --to hf)")
+    assert list(tmp_path.iterdir()) == []

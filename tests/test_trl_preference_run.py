@@ -1,10 +1,11 @@
 """TRL itself (when torch and trl are installed; neither is in requirements.lock or CI) reads the
 preference export: tested against trl 1.9.0 (huggingface/trl@f2cd5771's trainer files, the same),
 torch 2.14.1, transformers 5.24.0. DPOTrainer, built as the written script builds it, over a tiny
-randomly initialised Llama in float64 on CPU: its per-sequence log-probability sums over the chosen
-and rejected completions (its own precompute_ref_log_probs pass, TRL's collator and masking) equal
-sums computed here from the native rows alone (the prompt and completion run as one sequence,
-log-softmax, summed where the native loss mask is 1), within 1e-9 (measured: below 1e-12 in float64);
+randomly initialised Llama in float64 on CPU, over pairs the build's own encode stage tokenized and
+masked and its row file writer wrote: its per-sequence log-probability sums over the chosen and
+rejected completions (its own precompute_ref_log_probs pass, TRL's collator and masking) equal sums
+computed here from the native rows alone (the prompt and completion run as one sequence,
+log-softmax, summed where the native loss mask is 1), within 1e-9 (measured: at most 1.1e-13 in float64);
 after training steps against a frozen reference, its loss on a batch equals the DPO loss from those
 independent sums; and the written script trains on this machine as it is. KTOTrainer, likewise, over
 the pairs unpaired: its sums over each completion, and over the mismatched KL pairs its trainer builds.
@@ -29,7 +30,6 @@ torch = pytest.importorskip("torch", reason="torch is not installed (an optional
 trl = pytest.importorskip("trl", reason="trl is not installed (an optional test: pip install trl==1.9.0)")
 
 TOLERANCE = 1e-9  # float64 sums of a few dozen log-probabilities: rounding is about 1e-13
-DATE = {"current_date": "2026-01-01"}
 
 PAIRS = [  # (prompt messages, chosen reply, rejected reply)
     ([("user", "Hi there")], "Hello, friend.", "Go away."),
@@ -41,39 +41,28 @@ PAIRS = [  # (prompt messages, chosen reply, rejected reply)
 ]
 
 
-def messages(pairs):
-    return [{"role": role, "content": text} for role, text in pairs]
+def native_file(directory, unpaired: bool = False):
+    """PAIRS through the build's own encode stage (encode/preference.py, the fixture tokenizer's muse_spark
+    template and strategy) into a preference row file (rowfile/preference.py); each pair as two unpaired
+    rows when `unpaired` (chosen desirable, rejected not: TRL's unpair_preference_dataset). The file, and
+    its rows as read back."""
+    from databuild.rowfile.preference import PairFigures, write_pairs
+    from pairs import pair, pair_encoder
 
-
-def native_pairs(tokenizer) -> pa.Table:
-    """Preference rows as the native file holds them: the prompt rendered once, each completion the tokens
-    after it with the template's own generation mask (transformers' return_assistant_tokens_mask)."""
-    rows = {"id": [], "prompt_input_ids": [], "chosen_input_ids": [], "chosen_loss_mask": [],
-            "rejected_input_ids": [], "rejected_loss_mask": []}
+    records = []
     for number, (prompt, chosen, rejected) in enumerate(PAIRS):
-        prompt_ids = tokenizer.apply_chat_template(messages(prompt), tokenize=True, return_dict=True, **DATE)["input_ids"]
-        rows["id"].append(f"pair-{number}")
-        rows["prompt_input_ids"].append(prompt_ids)
-        for side, reply in (("chosen", chosen), ("rejected", rejected)):
-            whole = tokenizer.apply_chat_template(messages(prompt + [("assistant", reply)]), tokenize=True,
-                                                  return_dict=True, return_assistant_tokens_mask=True, **DATE)
-            assert whole["input_ids"][:len(prompt_ids)] == prompt_ids
-            rows[f"{side}_input_ids"].append(whole["input_ids"][len(prompt_ids):])
-            rows[f"{side}_loss_mask"].append(whole["assistant_masks"][len(prompt_ids):])
-    return pa.table(rows)
-
-
-def unpaired(native: pa.Table) -> pa.Table:
-    """Each pair as two unpaired rows, chosen desirable and rejected not (as TRL's unpair_preference_dataset)."""
-    rows = {"id": [], "prompt_input_ids": [], "completion_input_ids": [], "completion_loss_mask": [], "label": []}
-    for row in native.to_pylist():
-        for side, label in (("chosen", True), ("rejected", False)):
-            rows["id"].append(f"{row['id']}-{side}")
-            rows["prompt_input_ids"].append(row["prompt_input_ids"])
-            rows["completion_input_ids"].append(row[f"{side}_input_ids"])
-            rows["completion_loss_mask"].append(row[f"{side}_loss_mask"])
-            rows["label"].append(label)
-    return pa.table(rows)
+        prompt = tuple({"role": role, "content": text} for role, text in prompt)
+        completions = [({"role": "assistant", "content": chosen},), ({"role": "assistant", "content": rejected},)]
+        if unpaired:
+            records += [pair(2 * number, prompt, completions[0], label=True),
+                        pair(2 * number + 1, prompt, completions[1], label=False)]
+        else:
+            records.append(pair(number, prompt, *completions))
+    encoded = pair_encoder()[1].encode_batch(records)
+    assert all(p.problem is None for p in encoded)
+    kind, path = "unpaired" if unpaired else "paired", directory / "native.parquet"
+    write_pairs(iter(encoded), path, kind, PairFigures(kind))
+    return path, pq.read_table(path)
 
 
 def tiny_llama(vocab_size: int, dtype=torch.float64):
@@ -103,14 +92,16 @@ def native_sums(model, native: pa.Table, sides=("chosen", "rejected")) -> dict[s
                             for r in native.to_pylist()]) for side in sides}
 
 
-def exported(directory, fmt, native):
-    """`native` exported by `fmt` into `directory` (rows, arguments, script) and the script's trainer class."""
+def exported(directory, fmt):
+    """A native file of PAIRS exported by `fmt` into `directory` (rows, arguments, script), its native rows,
+    and the script's trainer class."""
     from transformers import AutoTokenizer
     from ruamel.yaml import YAML
 
     tokenizer = AutoTokenizer.from_pretrained(TOKENIZER_DIR)
+    source, native = native_file(directory, unpaired=fmt.kind == "KTO")
     kind, out = fmt.kind.lower(), directory / "pairs.parquet"
-    pq.write_table(fmt.convert((0, native, "pairs.native.parquet")), out)
+    pq.write_table(pa.concat_tables(fmt.convert(block) for block in fmt.blocks(source)), out)
     for name, text in fmt.trainer_config(out, 0, native.num_rows).items():
         (directory / name).write_text(text)
     arguments = YAML(typ="safe", pure=True).load((directory / f"pairs.{kind}.yaml").read_text())
@@ -120,9 +111,7 @@ def exported(directory, fmt, native):
 
 @pytest.fixture(scope="module")
 def export(tmp_path_factory):
-    from transformers import AutoTokenizer
-
-    return exported(tmp_path_factory.mktemp("dpo"), DpoFormat(), native_pairs(AutoTokenizer.from_pretrained(TOKENIZER_DIR)))
+    return exported(tmp_path_factory.mktemp("dpo"), DpoFormat())
 
 
 def trainer_over(export, model, tmp_path, ref_model=None, config_class=None, **settings):
@@ -197,9 +186,9 @@ def test_kto_trainer_sums_the_native_targets(export, tmp_path):
     per-sequence sums (precompute pass) equal the native targets' sums, and its KL sums are those of each
     prompt with the completion before it in its batch of two (the rotation the script's trainer writes, as
     TRL's own _prepare_dataset does)."""
-    native = unpaired(export[2])
     (tmp_path / "kto").mkdir()
-    kto = exported(tmp_path / "kto", KtoFormat(), native)
+    kto = exported(tmp_path / "kto", KtoFormat())
+    native = kto[2]
     model = tiny_llama(len(export[3]))
     trainer = trainer_over(kto, model, tmp_path, config_class=trl.KTOConfig, precompute_ref_log_probs=True)
     expected = native_sums(model, native, ("completion",))["completion"]

@@ -12,10 +12,11 @@ from ..errors import BuildError
 from .bridge import BridgeFormat
 from .hf import HfFormat
 from .miles import MilesFormat
+from .trl_preference import DpoFormat, KtoFormat
 from ..publish.manifest_read import manifest_beside
 from .stream import ExportResult, Format, export_stem, verified_source, write_export
 
-FORMATS: dict[str, type[Format]] = {f.name: f for f in (BridgeFormat, MilesFormat, HfFormat)}
+FORMATS: dict[str, type[Format]] = {f.name: f for f in (BridgeFormat, MilesFormat, HfFormat, DpoFormat, KtoFormat)}
 
 
 def make_format(name: str) -> Format:

@@ -5,7 +5,7 @@ does not change it).
 Each row contributes its columns in schema order (a struct's fields in order, in place of the
 struct): a list of integers as its length (<u4) then its values, little-endian, at the column's
 width; a list of strings as its length (<u4) then each string; a string as its UTF-8 length (<u4)
-then its bytes. content_sha256 is the SHA-256 of all rows' bytes in order; row_digests holds the
+then its bytes; a bool as one byte, 1 or 0. content_sha256 is the SHA-256 of all rows' bytes in order; row_digests holds the
 first 16 hex digits of each row's own SHA-256.
 """
 
@@ -33,6 +33,8 @@ def _column_bytes(array: pa.Array) -> list[bytes]:
     if pa.types.is_struct(kind):
         fields = [_column_bytes(array.field(i)) for i in range(kind.num_fields)]
         return [b"".join(parts) for parts in zip(*fields)]
+    if pa.types.is_boolean(kind):
+        return [b"\x01" if v else b"\x00" for v in array.to_pylist()]
     if pa.types.is_string(kind):
         return [_text(v) for v in array.to_pylist()]
     if pa.types.is_list(kind) and pa.types.is_string(kind.value_type):

@@ -13,7 +13,7 @@ import os
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -52,6 +52,14 @@ class Format:
 
     def convert(self, block: RowBlock) -> pa.Table:
         raise NotImplementedError
+
+    def blocks(self, source: Path) -> Iterator[Any]:
+        """What `convert` takes, one row group of the source at a time: a native row file's blocks."""
+        return read_blocks(source)
+
+    def more_counts(self) -> dict[str, int]:
+        """Counts of this format beside unrepresentable and padding_tokens_dropped, for the manifest."""
+        return {}
 
     def sidecars(self, out: Path, row_tokens: int, rows: int) -> dict[str, bytes]:
         """Files the trainer reads as data beside the rows: name (in OUT's directory) -> bytes.
@@ -105,7 +113,7 @@ def write_export(source: Path, fmt: Format, out: Path, summary: ParquetSummary,
     written: list[Path] = [partial]
     try:
         with pq.ParquetWriter(partial, fmt.schema, **WRITER_OPTIONS) as writer:
-            for block in read_blocks(source):
+            for block in fmt.blocks(source):
                 table = fmt.convert(block)
                 content.update(table)
                 writer.write_table(table, row_group_size=max(1, table.num_rows))
@@ -170,6 +178,7 @@ def export_manifest(fmt: Format, source: Path, summary: ParquetSummary, out: Pat
         "counts": {
             "unrepresentable": dict(sorted(fmt.unrepresentable.items())),
             "padding_tokens_dropped": fmt.padding_dropped,
+            **fmt.more_counts(),
         },
         "versions": library_versions(),
         "row_digests": content.row_digests,

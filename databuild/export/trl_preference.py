@@ -16,10 +16,13 @@ silently; the build's own length limits apply instead.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Iterator
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
-from .preference import DPO_SCHEMA, KTO_SCHEMA, dpo_table, kto_table
+from ..errors import BuildError
+from .preference import DPO_SCHEMA, KTO_SCHEMA, ID, LABEL, PROMPT, SIDES, dpo_table, kto_table
 from .recipe_text import absolute, yaml_text
 from .stream import Format, export_stem
 
@@ -28,19 +31,38 @@ TRL_VERSION = "1.9.0"
 
 
 class PreferenceFormat(Format):
-    """A preference export: the blocks are (first row, table) of the native preference file."""
+    """A preference export: the blocks are (first row, table, file name) of the native preference file."""
     kind: str  # "DPO" or "KTO"
-    columns: str  # the collator's columns, for the script's check
+    columns: tuple[str, ...]  # the collator's columns, for the script's check
+    native: tuple[str, ...]  # the native columns it reads
+    padding_why = "none: a preference row file holds one pair (or one labelled completion) per row, unpadded"
+    tail_why = ("untrained tokens after a completion's last target (what the template writes after the end of "
+                "turn), left out: no trained log-probability depends on them")
 
-    def convert(self, block) -> pa.Table:
+    def __init__(self) -> None:
+        super().__init__()
+        self.tail_dropped = 0
+
+    def blocks(self, source: Path) -> Iterator[tuple[int, pa.Table, str]]:
+        parquet, first = pq.ParquetFile(source), 0
+        missing = [name for name in self.native if name not in parquet.schema_arrow.names]
+        if missing:
+            raise BuildError(f"{source}: refused: --to {self.name} reads a preference row file with "
+                             f"{', '.join(self.native)}, and this file has no {missing[0]} (a packed SFT row file "
+                             "exports --to hf)")
+        for group in range(parquet.metadata.num_row_groups):
+            table = parquet.read_row_group(group, columns=list(self.native))
+            yield first, table, Path(source).name
+            first += table.num_rows
+
+    def convert(self, block: tuple[int, pa.Table, str]) -> pa.Table:
         first_row, table, source = block
         out, tail = self.cut(table, first_row, source)
         self.tail_dropped += tail
         return out
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.tail_dropped = 0
+    def more_counts(self) -> dict[str, int]:
+        return {"untrained_tail_tokens_dropped": self.tail_dropped}
 
     def trainer_config(self, out: Path, row_tokens: int, rows: int, validation: Path | None = None) -> dict[str, str]:
         stem, kind = export_stem(out), self.kind
@@ -102,6 +124,7 @@ if __name__ == "__main__":
 class DpoFormat(PreferenceFormat):
     name, kind, schema = "trl-dpo", "DPO", DPO_SCHEMA
     columns = ("prompt_ids", "chosen_ids", "rejected_ids")
+    native = (ID, PROMPT, *SIDES["chosen"], *SIDES["rejected"])
     prepared = "        return dataset\n"
     convention = ("TRL DPOTrainer, tokenized: prompt_ids (shared by the pair), chosen_ids and rejected_ids, every "
                   "token of which is a target; a completion's untrained head joins the prompt, its untrained tail is left out")
@@ -111,6 +134,7 @@ class DpoFormat(PreferenceFormat):
 class KtoFormat(PreferenceFormat):
     name, kind, schema = "trl-kto", "KTO", KTO_SCHEMA
     columns = ("prompt_ids", "completion_ids", "label")
+    native = (ID, PROMPT, *SIDES["completion"], LABEL)
     prepared = """\
         if not self.calculate_KL:
             return dataset
