@@ -57,7 +57,11 @@ def _validation_option(value: str | None) -> int | float | None:
                    "sharegpt, prompt_completion, '{messages: COL, role: F, content: F}', or auto.")
 @click.option("--rows", callback=lambda context, parameter, value: _rows_option(value), metavar="N|all",
               help="Rows the build keeps; all: every row the sources give.")
-@click.option("--row-tokens", type=click.IntRange(min=1), help="Tokens per row.")
+@click.option("--row-tokens", type=click.IntRange(min=1), help="Tokens per row (an SFT build).")
+@click.option("--prompt-tokens", type=click.IntRange(min=1),
+              help="A preference build's longest prompt, in tokens (its sources are preference sources).")
+@click.option("--sequence-tokens", type=click.IntRange(min=1),
+              help="A preference build's longest prompt + completion, in tokens.")
 @click.option("--validation", callback=lambda context, parameter, value: _validation_option(value),
               metavar="SHARE|COUNT|none", help="Hold out a validation split of each source: a share (0.05) or a "
                                                 "count (500) of its conversations; none (the default): no split.")
@@ -79,12 +83,13 @@ def _validation_option(value: str | None) -> int | float | None:
 @click.option("--offline", is_flag=True, help="Use the hub cache only (as HF_HUB_OFFLINE=1).")
 @click.option("--force", is_flag=True, help="Replace the config if it exists.")
 @one_line_errors
-def init(name, tokenizer, sources, formats, rows, row_tokens, validation, split, seed, loss_mask, packing, current_date,
+def init(name, tokenizer, sources, formats, rows, row_tokens, prompt_tokens, sequence_tokens, validation, split, seed, loss_mask, packing, current_date,
          end_of_turn, chat_template_name, on_bad_conversation, out, offline, force):
     """Write configs/NAME.yaml from a tokenizer and sources, every input pinned, ready for `make NAME`.
 
     Hub revisions are resolved to commits and every file's sha256 pinned; local folders are pinned
-    by content. Each source's format is detected from its schema, and the chat template inspected
+    by content. Each source's format is detected from its schema (a preference source's, from its
+    chosen/rejected or prompt/completion/label columns, makes a preference config), and the chat template inspected
     (generation tags, ends of turn, the clock, named templates); each key gets a comment. What it
     cannot decide it asks for, naming the option.
 
@@ -95,13 +100,15 @@ def init(name, tokenizer, sources, formats, rows, row_tokens, validation, split,
       databuild init mine --tokenizer ./tok --source ./my-data --rows all --row-tokens 4096
       databuild init my-sft --tokenizer Qwen/Qwen2.5-7B-Instruct --source allenai/tulu-3-sft-mixture \\
           --rows 6400 --row-tokens 8192 --offline
+      databuild init my-dpo --tokenizer ./phi-3-mini --source allenai/llama-3.1-tulu-3-8b-preference-mixture \\
+          --rows all --prompt-tokens 1024 --sequence-tokens 2048
       databuild make my-sft
     """
     from .scaffold import InitOptions, init_config
 
     options = InitOptions(name, tokenizer, tuple(sources), row_tokens, rows, out, tuple(map(_format_option, formats)),
                           split, seed, loss_mask, packing, current_date, tuple(end_of_turn), chat_template_name,
-                          on_bad_conversation, offline, force, validation)
+                          on_bad_conversation, offline, force, validation, prompt_tokens, sequence_tokens)
     path, config, decided = init_config(options)
     click.echo(f"{path}")
     def pinned(entry) -> str:

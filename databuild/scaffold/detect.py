@@ -2,7 +2,16 @@
 columns, as the reader builds it from the first rows): each format's own schema check (sources/formats,
 so a format added there is detected here unasked), else one list-of-struct column whose items have
 one role-like and one content-like string field (a column mapping). Two candidates, or none, are
-the user's to decide: the error names --format. Tool and reasoning fields are named for the comment."""
+the user's to decide: the error names --format. Tool and reasoning fields are named for the comment.
+
+A preference source (issue 34) is told first, by its columns, TRL's way (trl/data_utils.py,
+huggingface/trl@f2cd5771: maybe_extract_prompt, maybe_unpair_preference_dataset): `chosen` and
+`rejected` make a pair, `completion` and `label` beside `prompt` an unpaired row; a pair with a `prompt`
+of the same form as its completions (both messages, or both strings) has an explicit prompt
+(`preference`), else its prompt is implicit (`preference_implicit`, any `prompt` column left unread, as
+TRL leaves it). Both shapes in one file are refused, naming the columns. Otherwise the SFT formats are
+tried: their prompt_completion would read an unpaired file's prompt and completion with its label left
+out, which is why a preference file never reaches them."""
 
 from __future__ import annotations
 
@@ -14,7 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import BuildError
-from ..sources.formats import FORMATS
+from ..sources.formats import FORMATS, PREFERENCE_FORMATS
 from ..sources.formats.adapter import Adapter
 from ..sources.formats.messages import MessageColumn
 from ..sources.formats.values import is_string
@@ -36,6 +45,7 @@ class Detected:
     extras: tuple[str, ...]  # tool or reasoning fields, and a tools column, the schema holds
     unread: tuple[str, ...] = ()  # columns the format does not read: written as ignore_fields, with a comment
     structs: str | None = None  # where the format reads the file only under struct_nulls: drop, the refusal
+    task: str = "sft"  # preference: a preference format (the config's task: preference)
 
 
 def _fits(adapter: Adapter, schema: pa.Schema) -> bool:
@@ -115,9 +125,44 @@ def _schema(path: Path, given: str) -> pa.Schema:
     return decode_json_columns(batch, _lists_of_objects(rows), {}, {}).schema
 
 
+PAIRED, UNPAIRED = ("chosen", "rejected"), ("prompt", "completion", "label")
+
+
+def _preference(schema: pa.Schema, given: str, name: str) -> Detected | None:
+    """A preference source's format, told by its columns (the module's docstring), or None: not one."""
+    paired = all(c in schema.names for c in PAIRED)
+    unpaired = all(c in schema.names for c in UNPAIRED)
+    if paired and unpaired:
+        raise BuildError(f"--source {given}: {name} has both a pair's columns ({', '.join(PAIRED)}) and an unpaired "
+                         f"row's ({', '.join(UNPAIRED)}): one file is one shape; pass --format NAME")
+    if not paired and not unpaired:
+        return None
+    if unpaired:
+        format_name = "unpaired_preference"
+    else:
+        explicit = "prompt" in schema.names and is_string(schema.field("prompt").type) == is_string(
+            schema.field("chosen").type)
+        format_name = "preference" if explicit else "preference_implicit"
+    adapter = PREFERENCE_FORMATS[format_name]
+    unread = adapter.unread_columns(schema)
+    problem = replace(adapter, ignore=frozenset(unread)).schema_problem(schema)
+    if problem is not None:
+        raise BuildError(f"--source {given}: {name}: the columns of a preference source ({format_name}), but {problem}")
+    why = {"preference": "chosen and rejected with a prompt of their form: TRL's explicit prompt",
+           "preference_implicit": "chosen and rejected, whole conversations: the prompt is their shared first messages"
+                                  + (" (the prompt string is not read, as TRL does not read it)"
+                                     if "prompt" in schema.names else ""),
+           "unpaired_preference": "prompt, completion and label: unpaired (KTO)"}[format_name]
+    return Detected(format_name, f"detected from the schema ({why})", _extras(schema, list(adapter.message_columns)),
+                    unread, task="preference")
+
+
 def detect_format(path: Path, given: str) -> Detected:
     """The format of the source file `path` (`given` names the source in errors)."""
     schema = _schema(path, given)
+    preference = _preference(schema, given, path.name)
+    if preference is not None:
+        return preference
     named = [name for name, adapter in FORMATS.items() if _fits(adapter, schema)]
     if len(named) == 1:
         adapter = FORMATS[named[0]]

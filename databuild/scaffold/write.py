@@ -15,6 +15,7 @@ from ruamel.yaml.scalarstring import DoubleQuotedScalarString as Quoted
 
 from ..config import load_config
 from ..errors import BuildError
+from ..sources.formats import PREFERENCE_FORMATS
 from .detect import Detected, detect_format
 from .locate import Located, locate_source, locate_tokenizer
 from .template import Inspected, inspect_template
@@ -40,6 +41,8 @@ class InitOptions:
     offline: bool = False
     force: bool = False
     validation: int | float | None = None  # held out of each source: a share (float) or a count (int); None: none
+    prompt_tokens: int | None = None  # a preference build's (task: preference) longest prompt
+    sequence_tokens: int | None = None  # a preference build's longest prompt + completion
 
 
 def _relative(path: Path, config_dir: Path) -> str:
@@ -86,12 +89,39 @@ def _source(located: Located, detected: Detected, split: str, config_dir: Path) 
     return entry
 
 
+def _preference_keys(config: CommentedMap, options: InitOptions) -> None:
+    """A preference build's keys (config/preference.py), in place of the SFT row's."""
+    config["prompt_tokens"] = options.prompt_tokens
+    config.yaml_add_eol_comment("the longest prompt, in tokens (a DPO trainer's max_prompt_length)", "prompt_tokens")
+    config["sequence_tokens"] = options.sequence_tokens
+    config.yaml_add_eol_comment("the longest prompt + completion, in tokens (a DPO trainer's max_length)",
+                                "sequence_tokens")
+    config["overlong_prompt"] = "drop"
+    config.yaml_add_eol_comment("a prompt over prompt_tokens: drop the pair (counted); cut_left: keep its last "
+                                "tokens (counted)", "overlong_prompt")
+
+
+def task_of(sources: list[tuple[Located, Detected]], given: tuple[str, ...]) -> str:
+    """preference when every source is a preference source, sft when none is; a mix refused naming one of each."""
+    tasks = [detected.task for _, detected in sources]
+    if len(set(tasks)) > 1:
+        first, other = tasks.index("preference"), tasks.index("sft")
+        raise BuildError(f"--source {given[first]} is a preference source and --source {given[other]} is not: a build "
+                         "is of pairs or of conversations; write one config for each")
+    return tasks[0]
+
+
 def compose(options: InitOptions, tokenizer: Located, inspected: Inspected,
             sources: list[tuple[Located, Detected]], config_dir: Path) -> CommentedMap:
+    preference = task_of(sources, options.sources) == "preference"
     config = CommentedMap()
     config["name"] = options.name
     config.yaml_add_eol_comment("the build's name: NAME.parquet, NAME.manifest.json", "name")
     config["description"] = f"written by databuild init from {', '.join(options.sources)}"
+    if preference:
+        config["task"] = "preference"
+        config.yaml_add_eol_comment("chosen/rejected pairs (or unpaired labelled completions), one per row, for DPO "
+                                    "and KTO: the sources are preference sources", "task")
     listed = CommentedSeq(_source(located, detected, options.split, config_dir) for located, detected in sources)
     config["sources"] = listed
     config.yaml_set_comment_before_after_key(
@@ -123,14 +153,19 @@ def compose(options: InitOptions, tokenizer: Located, inspected: Inspected,
                                     "chat_template_name")
     config["seed"] = options.seed
     config.yaml_add_eol_comment("the permutation's seed, and the takes'", "seed")
-    config["row_tokens"] = options.row_tokens
-    config.yaml_add_eol_comment("tokens per row", "row_tokens")
+    if preference:
+        _preference_keys(config, options)
+    else:
+        config["row_tokens"] = options.row_tokens
+        config.yaml_add_eol_comment("tokens per row", "row_tokens")
     config["rows"] = options.rows
     config.yaml_add_eol_comment("rows the build keeps; all: every row the sources give" if options.rows == "all" else
                                 "rows the build keeps; make fails, naming its counts, if the sources run out "
                                 "(all: every row they give)", "rows")
-    config["packing"] = options.packing
-    config.yaml_add_eol_comment("concat: one stream cut into rows; bfd: whole conversations, rows padded", "packing")
+    if not preference:
+        config["packing"] = options.packing
+        config.yaml_add_eol_comment("concat: one stream cut into rows; bfd: whole conversations, rows padded",
+                                    "packing")
     if options.validation is not None:
         key = "share" if isinstance(options.validation, float) else "count"
         config["validation"] = CommentedMap([(key, options.validation), ("seed", 0)])
@@ -157,9 +192,27 @@ def _check_options(options: InitOptions) -> None:
     if options.formats and len(options.formats) != len(options.sources):
         raise BuildError(f"--format is given {len(options.formats)} times for {len(options.sources)} sources: give "
                          "it once per source, in order ('auto' to detect one)")
-    for option, value in (("--row-tokens", options.row_tokens), ("--rows", options.rows)):
+    if options.rows is None:
+        raise BuildError("init cannot decide rows: pass --rows N")
+
+
+def _check_lengths(options: InitOptions, task: str) -> None:
+    """The lengths a build of `task` needs, asked for by option; the other task's refused."""
+    needed = (("--prompt-tokens", options.prompt_tokens), ("--sequence-tokens", options.sequence_tokens)) \
+        if task == "preference" else (("--row-tokens", options.row_tokens),)
+    for option, value in needed:
         if value is None:
-            raise BuildError(f"init cannot decide {option[2:]}: pass {option} N")
+            raise BuildError(f"init cannot decide {option[2:]}: pass {option} N" + (
+                " (the sources are preference sources: a build of pairs)" if task == "preference" else ""))
+    foreign = (("--row-tokens", options.row_tokens),) if task == "preference" else (
+        ("--prompt-tokens", options.prompt_tokens), ("--sequence-tokens", options.sequence_tokens))
+    if task == "preference" and options.validation is not None:
+        raise BuildError("--validation holds out conversations of an SFT build: a preference build has no validation "
+                         "split yet (task: preference refuses the key)")
+    for option, value in foreign:
+        if value is not None:
+            raise BuildError(f"{option} is for a build of {'conversations' if task == 'preference' else 'pairs'}: the "
+                             f"sources are {'preference' if task == 'preference' else 'SFT'} sources")
 
 
 def decisions(options: InitOptions, inspected: Inspected, sources: list[tuple[Located, Detected]]) -> list[str]:
@@ -182,10 +235,14 @@ def decisions(options: InitOptions, inspected: Inspected, sources: list[tuple[Lo
     lines.append(f"on_bad_conversation: {options.on_bad_conversation}" + (
         " (a conversation that cannot be built is left out and counted by kind in make's summary and the manifest)"
         if options.on_bad_conversation == "skip" else " (the build stops at the first conversation it cannot build)"))
-    lines.append("validation: none (nothing held out; --validation 0.05 or --validation 500 holds out a share or a "
-                 "count of each source, built beside the training file)" if options.validation is None else
-                 f"validation: {'share' if isinstance(options.validation, float) else 'count'} {options.validation} of "
-                 "each source, held out by its id into NAME.validation.parquet (seed 0)")
+    if task_of(sources, options.sources) == "preference":
+        lines.append(f"task: preference (every source is a preference source: one pair per row; prompt_tokens "
+                     f"{options.prompt_tokens}, sequence_tokens {options.sequence_tokens}, overlong_prompt: drop)")
+    else:
+        lines.append("validation: none (nothing held out; --validation 0.05 or --validation 500 holds out a share or a "
+                     "count of each source, built beside the training file)" if options.validation is None else
+                     f"validation: {'share' if isinstance(options.validation, float) else 'count'} "
+                     f"{options.validation} of each source, held out by its id into NAME.validation.parquet (seed 0)")
     if inspected.variables:
         lines.append(f"template variables left to the template's defaults: {', '.join(inspected.variables)} (set them "
                      "under template_kwargs to pin them)")
@@ -211,7 +268,8 @@ def init_config(options: InitOptions) -> tuple[Path, CommentedMap, list[str]]:
         located = locate_source(given, options.split, options.offline)
         wanted = options.formats[number] if options.formats else "auto"
         if wanted != "auto":
-            sources.append((located, Detected(wanted, "as --format gave", ())))
+            sources.append((located, Detected(wanted, "as --format gave", (), task="preference" if isinstance(
+                wanted, str) and wanted in PREFERENCE_FORMATS else "sft")))
             continue
         found = [detect_format(located.root / name, given) for name in located.files]
         if any(d.format != found[0].format for d in found):
@@ -219,6 +277,7 @@ def init_config(options: InitOptions) -> tuple[Path, CommentedMap, list[str]]:
             raise BuildError(f"--source {given}: {odd} has another format than {located.files[0]}: one source is "
                              "one format; split it into two sources")
         sources.append((located, found[0]))
+    _check_lengths(options, task_of(sources, options.sources))
     path.parent.mkdir(parents=True, exist_ok=True)
     config = compose(options, tokenizer, inspected, sources, path.parent)
     text = io.StringIO()
