@@ -152,7 +152,7 @@ def _make(prepared: Prepared, final: Path, encode: Encoding, batch_size: int, pr
     config, inputs = prepared.config, prepared.inputs
     partial = partial_path(final)
     stats, skipped, hasher, segments = PackStats(), [], RowsHasher(), SegmentsHasher()
-    stream = encode(prepared.batches(batch_size, encode.by_reference))
+    stream = encode(prepared.batches(batch_size, encode.by_reference, encode.processes))
     # The end-of-build check's hashing starts now, overlapping the encoding: the source is not read
     # again (unless the stream outruns the spill; then it is hashed again at the end).
     passes = prepared.spill.passes

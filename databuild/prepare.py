@@ -17,7 +17,7 @@ from .encode.encoder import Encoder
 from .errors import BuildError
 from .encode.ends import generation_stops
 from .encode.render import Renderer, load_tokenizer
-from .executors.stream import batches
+from .executors.stream import batch_sizes, batches
 from .inputs.resolve import ResolvedInputs, resolve_inputs
 from .pack.policy import packing_for
 from .pack.rows import Packing
@@ -82,12 +82,14 @@ class Prepared:
         """The stream in permutation order, the conversations dropped up front marked."""
         return marked(self.spill.conversations(), self.dropped_up_front)
 
-    def batches(self, size: int, by_reference: bool) -> Iterator[list[Conversation] | SpilledBatch]:
-        """conversations() cut into batches of `size`: as references into the spill, read by whoever encodes
+    def batches(self, size: int, by_reference: bool, processes: int = 1) -> Iterator[list[Conversation] | SpilledBatch]:
+        """conversations() cut into batches of `size`, the first ones smaller for `processes` encode
+        processes (executors.stream.batch_sizes): as references into the spill, read by whoever encodes
         them (`by_reference`: worker processes), else read here in bulk, the cheaper way for one reader."""
+        sizes = batch_sizes(size, processes)
         if by_reference:
-            return self.spill.batches(size, self.dropped_up_front)
-        return batches(self.conversations(), size)
+            return self.spill.batches(sizes, self.dropped_up_front)
+        return batches(self.conversations(), sizes)
 
     def __enter__(self) -> Prepared:
         return self

@@ -283,3 +283,13 @@ def test_a_long_tmpdir_builds_with_spawned_workers(tmp_path, tiny_build):
     assert done.returncode == 0, done.stderr
     assert "2 processes" in done.stdout + done.stderr
     assert (tmp_path / "out" / f"{TINY}.parquet").read_bytes() == tiny_build.parquet.read_bytes()
+
+
+def test_first_batches_are_smaller_for_each_process():
+    """A stream's first batches: one of size // 8 per process, one of size // 2 per process, then `size`
+    (never below one conversation), so that every process has a first result early."""
+    from databuild.executors.stream import batch_sizes
+
+    assert list(islice(batch_sizes(256, 3), 8)) == [32] * 3 + [128] * 3 + [256] * 2
+    assert list(islice(batch_sizes(5, 2), 6)) == [1, 1, 2, 2, 5, 5]
+    assert list(islice(batch_sizes(1, 1), 3)) == [1, 1, 1]

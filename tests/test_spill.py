@@ -10,6 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import SOURCE_DIR
+from databuild.executors.stream import batch_sizes
 from databuild.prepare import prepare
 from databuild.sources.formats import FORMATS
 from databuild.sources.reader import source_files
@@ -151,6 +152,11 @@ def test_batches_of_references_read_as_the_stream(small_groups, tmp_path, window
     malformed = {bad.index: bad for bad in spill.check_and_spill(prefix)}
     batches = list(spill.batches(size, malformed))
     assert [len(b) for b in batches] == [size] * (rows // size) + ([rows % size] if rows % size else [])
+    # in the sizes a build asks for (smaller first: executors.stream.batch_sizes), the same conversations
+    ramped = list(spill.batches(batch_sizes(size, 3), malformed))
+    assert [c for b in ramped for c in b.read()] == [c for b in batches for c in b.read()]
+    asked = list(islice(batch_sizes(size, 3), len(ramped)))
+    assert [len(b) for b in ramped][:-1] == asked[:-1] and 0 < len(ramped[-1]) <= asked[-1]
     read = [c for b in batches for c in b.read()]
     assert read == list(marked(spill.conversations(), malformed))
     assert [c.origin.index for c in read if c.problem is not None] == [100]

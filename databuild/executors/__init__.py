@@ -25,6 +25,7 @@ class Encoding:
     # whether it is given references into the spill (worker processes of this machine read their own
     # batches) rather than the conversations (build.Prepared.batches)
     by_reference: bool = False
+    processes: int = 1  # encoding at once: the stream's first batches are smaller for them (stream.batch_sizes)
 
     def __call__(self, batches):
         return self.stream(batches)
@@ -43,7 +44,7 @@ def encoding_on(executor: str, encoder: Encoder, workers: int | None, ray_addres
 
         actors = max(1, workers or 1)
         yield Encoding(lambda batches: ray_encode_batches(batches, encoder, actors, ray_address),
-                       f"{actors} Ray actor{'s' if actors > 1 else ''}")
+                       f"{actors} Ray actor{'s' if actors > 1 else ''}", processes=actors)
         return
     from ..utils.machine import available_cores
     from .cores import encode_processes, most_processes_rule
@@ -56,4 +57,4 @@ def encoding_on(executor: str, encoder: Encoder, workers: int | None, ray_addres
             summary += (f"; --workers {workers} asked, {processes} run{'s' if processes == 1 else ''}: "
                         f"{most_processes_rule(available_cores())}, as more were slower "
                         f"(bench/README.md, \"Cores\")")
-        yield Encoding(local.stream, summary, by_reference=processes > 1)
+        yield Encoding(local.stream, summary, by_reference=processes > 1, processes=processes)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import threading
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
+from itertools import repeat
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -94,11 +95,12 @@ class Spill:
         for path in self._buckets():
             yield from read_bucket(path)
 
-    def batches(self, size: int, malformed: dict[int, BadConversation]) -> Iterator[SpilledBatch]:
-        """The stream of conversations() cut into batches of `size` (the last shorter), as references
-        into the bucket files; spills further ranges as it gets there."""
+    def batches(self, size: int | Iterable[int], malformed: dict[int, BadConversation]) -> Iterator[SpilledBatch]:
+        """The stream of conversations() cut into batches of `size`, or of the sizes it gives in turn (the
+        last shorter), as references into the bucket files; spills further ranges as it gets there."""
         known_bad = np.fromiter(malformed, dtype=np.int64, count=len(malformed))
-        pieces, count = [], 0
+        sizes = repeat(size) if isinstance(size, int) else iter(size)
+        pieces, count, size = [], 0, next(sizes)
         for path in self._buckets():
             table = open_bucket(path).select(["position", "index"])
             order = np.argsort(table.column("position").to_numpy(), kind="stable")
@@ -110,7 +112,7 @@ class Spill:
                 count, low = count + high - low, high
                 if count == size:
                     yield spilled_batch(pieces, malformed, known_bad)
-                    pieces, count = [], 0
+                    pieces, count, size = [], 0, next(sizes)
         if pieces:
             yield spilled_batch(pieces, malformed, known_bad)
 
