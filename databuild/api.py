@@ -42,7 +42,12 @@ def make(config: str | Path, out_dir: str | Path = "build", *, offline: bool = F
     from .build import make as run_make
     from .config import resolve_config
 
-    return run_make(resolve_config(str(config)), Path(out_dir), offline=offline, workers=workers,
+    resolved = resolve_config(str(config))
+    if resolved.task == "preference":  # pairs, one per row (databuild/preference)
+        from .preference.build import make_preference
+
+        return make_preference(resolved, Path(out_dir), offline=offline, workers=workers, batch_size=batch_size)
+    return run_make(resolved, Path(out_dir), offline=offline, workers=workers,
                     batch_size=batch_size, progress=progress, executor=executor, ray_address=ray_address)
 
 
@@ -124,6 +129,12 @@ def verify_file(parquet: Path, manifest: Path | None = None, recipe: Path | None
     if source is not None:
         raise UsageError(f"{parquet}: --from checks an export against the native file it comes from, and no "
                          "export manifest describes this file")
+    from .verify.preference import is_preference_file, refuse_options, verify_preference
+
+    if is_preference_file(parquet):
+        refuse_options(parquet, recipe=recipe, segments_sha256=segments_sha256)
+        report, checked = verify_preference(parquet, manifest, rows_sha256, parquet_sha256)
+        return report, checked, None
     expected = gather(parquet, manifest, recipe, rows_sha256, parquet_sha256, segments_sha256)
     report = verify(parquet, expected)
     return report, ", ".join(sorted({e.field for e in expected.checks})), diff_hint(parquet, expected, report)

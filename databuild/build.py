@@ -105,7 +105,7 @@ def make(config: BuildConfig, out_dir: Path, *, force: bool = False, offline: bo
     """Build config into out_dir/NAME.parquet, unless the build there is up to date (`force`: build anyway).
     `workers` None: the machine's default (executors/cores.py)."""
     if config.task != "sft":
-        raise BuildError(f"{config.path}: task: {config.task}: make does not build it yet")
+        raise BuildError(f"{config.path}: task: {config.task}: built by databuild.preference.build.make_preference")
     started = time.perf_counter()
     final = Path(out_dir) / f"{config.name}.parquet"
     remove_stale_spill_folders()  # a killed build's, whether or not this one builds

@@ -133,6 +133,9 @@ def make(name, out_dir, offline, dataset_dir, tokenizer_dir, workers, batch_size
     config = _overrides(resolve_config(name), dataset_dir, tokenizer_dir)
     if render_timeout is not None:
         config = replace(config, render_timeout=render_timeout)
+    if config.task == "preference":
+        _make_preference(config, out_dir, force, offline, workers, batch_size, executor, recipe, repin)
+        return
     result = run_make(config, out_dir, force=force, offline=offline, workers=workers, batch_size=batch_size,
                       executor=executor, ray_address=ray_address)
     s = result.data["output"]
@@ -169,6 +172,50 @@ def make(name, out_dir, offline, dataset_dir, tokenizer_dir, workers, batch_size
         if report.failures:
             raise BuildError(f"{result.parquet} does not verify, recipe left unchanged: {report.failures[0]}")
         changed = update_recipe(recipe, result.manifest, repin=repin)
+        click.echo(f"  recipe                 {recipe} ({'updated' if changed else 'already up to date'})")
+
+
+def _make_preference(config, out_dir, force, offline, workers, batch_size, executor, recipe, repin) -> None:
+    """make of a preference config (task: preference): its build, then its summary and counts."""
+    from .preference.build import make_preference
+
+    if executor != "local":
+        raise BuildError(f"--executor {executor}: a preference build runs on local processes only (--workers)")
+    result = make_preference(config, out_dir, force=force, offline=offline, workers=workers, batch_size=batch_size)
+    s, counts = result.data["output"], result.data["counts"]
+    waited = f" after waiting {result.waited:.1f} s for another make" if result.waited >= 0.05 else ""
+    if result.built is None:
+        click.echo(f"up to date{waited}: the manifest records this config's pins and settings and the file verifies "
+                   f"(checked in {result.seconds:.1f} s; nothing written; --force rebuilds)")
+    else:
+        click.echo(f"built{waited}: {result.built}\nencoded by: {result.encoding}")
+    names = ("chosen", "rejected") if s["kind"] == "paired" else ("completion",)
+    left_out = {**counts["pairs_refused"], **counts["pairs_dropped"]}
+    left_out = ", ".join(f"{n} {kind}" for kind, n in left_out.items() if n) or "none"
+    click.echo(f"{result.parquet}\n"
+               f"  {'pairs' if s['kind'] == 'paired' else 'unpaired rows':<22} {s['rows']} (of {counts['pairs_read']} "
+               f"read{'; rows: all' if result.data['build']['rows'] == 'all' else ''})\n"
+               f"  left out               {left_out}" + (f"; {counts['malformed_in_source']} malformed in the source"
+                                                         if counts["malformed_in_source"] else "") + "\n"
+               f"  prompts cut            {counts['prompts_cut']} ({counts['prompt_tokens_cut']:,} tokens; "
+               f"overlong_prompt: {result.data['build']['overlong_prompt']})\n"
+               f"  prompt tokens          {s['prompt_tokens']:,}\n"
+               + "".join(f"  {name + ' tokens':<22} {s[name + '_tokens']:,} ({s[name + '_supervised_tokens']:,} "
+                         f"targets)\n" for name in names)
+               + f"  rows_sha256            {s['rows_sha256']}\n"
+               f"  parquet_sha256         {s['parquet_sha256']}\n"
+               f"  parquet_bytes          {s['parquet_bytes']:,}\n"
+               + (f"  time                   {result.seconds:.1f} s\n" if result.built is not None else "")
+               + f"  manifest               {result.manifest}")
+    if recipe is not None:
+        from .publish.preference import recipe_values
+        from .publish.recipe import update_recipe
+        from .verify.preference import verify_preference
+
+        report, _ = verify_preference(result.parquet, result.manifest)
+        if report.failures:
+            raise BuildError(f"{result.parquet} does not verify, recipe left unchanged: {report.failures[0]}")
+        changed = update_recipe(recipe, result.manifest, repin=repin, values=recipe_values(result.data))
         click.echo(f"  recipe                 {recipe} ({'updated' if changed else 'already up to date'})")
 
 

@@ -17,7 +17,6 @@ A batch is a pure function of its records, tokenized in one call on the tokenize
 
 from __future__ import annotations
 
-from dataclasses import fields
 from typing import Any
 
 import numpy as np
@@ -37,9 +36,7 @@ PROMPT_LAST_ROLES = ("user", "tool")  # TRL adds the generation prompt after the
 
 def conversation_of(origin: Origin, messages: tuple[dict, ...], tools) -> Conversation:
     """The SFT record of one completion's whole conversation."""
-    if "origin" in {f.name for f in fields(Conversation)}:
-        return Conversation(origin, messages, None, tools)
-    return Conversation(origin.position, origin.index, origin.id, origin.source, messages, None, tools)
+    return Conversation(origin, messages, None, tools)
 
 
 def whole(prompt: tuple[dict, ...], completion: tuple[dict, ...]) -> tuple[dict, ...]:

@@ -15,8 +15,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ..records.pair import IDENTICAL_COMPLETIONS, PROMPT_TOO_LONG, SEQUENCE_TOO_LONG, TokenizedPair
-from ..records.problems import Problem
+from ..records.pair import PROMPT_TOO_LONG, SEQUENCE_TOO_LONG, TokenizedPair
+from ..records.problems import IDENTICAL_COMPLETIONS, Problem
 
 
 @dataclass(frozen=True)

@@ -58,13 +58,11 @@ def read_dataset_block(path: Path) -> dict[str, Any]:
 def recipe_values(manifest: dict[str, Any]) -> list[tuple[tuple[str, ...], Any]]:
     """(key path under workload.dataset, value) for everything a build records there."""
     output, build, tokenizer = manifest["output"], manifest["build"], manifest["inputs"]["tokenizer"]
-    pins = "; ".join(f"{name} sha256 {tokenizer['sha256'][name]}" for name in ("tokenizer.json", "chat_template.jinja")
-                     if name in tokenizer["sha256"])
     kwargs = ", ".join(f"{key} {value}" for key, value in build["template_kwargs"].items())
     values = [
         (("rows_sha256",), output["rows_sha256"]),
         (("build", "name"), manifest["name"]),
-        (("build", "tokenizer"), f"{tokenizer['repo'].split('/')[-1]} (revision {tokenizer['revision']}; {pins})"),
+        (("build", "tokenizer"), tokenizer_text(tokenizer)),
         (("build", "loss_mask"), build["loss_mask"]),
         (("build", "rows"), output["rows"]),
         (("build", "row_tokens"), output["row_tokens"]),
@@ -86,6 +84,13 @@ def recipe_values(manifest: dict[str, Any]) -> list[tuple[tuple[str, ...], Any]]
                    (("validation", "rows"), split["rows"]), (("validation", "rows_sha256"), split["rows_sha256"]),
                    (("validation", "parquet_sha256"), split["parquet_sha256"])]
     return values
+
+
+def tokenizer_text(tokenizer: dict[str, Any]) -> str:
+    """The manifest's inputs.tokenizer as the recipe shows it: the repo's last part, its revision, the pins."""
+    pins = "; ".join(f"{name} sha256 {tokenizer['sha256'][name]}" for name in ("tokenizer.json", "chat_template.jinja")
+                     if name in tokenizer["sha256"])
+    return f"{tokenizer['repo'].split('/')[-1]} (revision {tokenizer['revision']}; {pins})"
 
 
 def packing_text(packing: dict[str, Any]) -> str:
@@ -160,17 +165,19 @@ def updated_text(text: str, values: list[tuple[tuple[str, ...], Any]], where: st
     return new
 
 
-def update_recipe(recipe: Path, manifest_file: Path, repin: bool = False) -> bool:
-    """Write a verified build's results into the recipe; True if the file changed.
+def update_recipe(recipe: Path, manifest_file: Path, repin: bool = False,
+                  values: list[tuple[tuple[str, ...], Any]] | None = None) -> bool:
+    """Write a verified build's results into the recipe (`values`, default the SFT manifest's recipe_values);
+    True if the file changed.
 
     A symlinked recipe is written through to its target, so the link stays a link. Read, edit and
     replace happen under the recipe's lock: a concurrent write-back reads the file this one wrote.
     """
-    manifest = read_manifest(manifest_file)
+    values = recipe_values(read_manifest(manifest_file)) if values is None else values
     target = recipe.resolve()
     with exclusive(target, f"a write-back into {recipe}"):
         text = _read(recipe)
-        new = updated_text(text, recipe_values(manifest), str(recipe), repin)
+        new = updated_text(text, values, str(recipe), repin)
         if new == text:
             return False
         partial = target.with_name(f".{target.name}.{os.getpid()}-{secrets.token_hex(4)}.partial")

@@ -2,7 +2,8 @@
 shared by both completions, and each completion's ids and target mask without the prompt (chosen and
 rejected, or one unpaired completion and its label); or the problem that keeps it out. And the kinds
 of problem only a pair can have: those the encoder finds (the policy of on_bad_conversation applies,
-as to a conversation's) and those the length policy drops (always dropped, and counted).
+as to a conversation's) and those the length policy drops (always dropped, and counted; chosen and
+rejected the same tokens are problems.IDENTICAL_COMPLETIONS, as the same messages are).
 """
 
 from __future__ import annotations
@@ -20,10 +21,9 @@ PROMPT_TOKENS_NOT_PREFIX = "prompt_tokens_not_prefix"  # its tokens are not the 
 TARGET_IN_PROMPT = "target_in_prompt"  # a completion's target begins inside the prompt's tokens
 NO_TARGET = "no_target"  # a completion with no target token: nothing for the trainer to score
 PAIR_REFUSED_KINDS = (PROMPT_LAST_ROLE, PROMPT_NOT_PREFIX, PROMPT_TOKENS_NOT_PREFIX, TARGET_IN_PROMPT, NO_TARGET)
-IDENTICAL_COMPLETIONS = "identical_completions"  # chosen and rejected the same tokens and targets
 PROMPT_TOO_LONG = "prompt_too_long"  # over prompt_tokens under overlong_prompt: drop
 SEQUENCE_TOO_LONG = "sequence_too_long"  # prompt and a completion over sequence_tokens
-LENGTH_DROPPED_KINDS = (IDENTICAL_COMPLETIONS, PROMPT_TOO_LONG, SEQUENCE_TOO_LONG)  # dropped whatever the policy
+LENGTH_DROPPED_KINDS = (PROMPT_TOO_LONG, SEQUENCE_TOO_LONG)  # dropped whatever the policy (as DROPPED_KINDS)
 COMPLETION_NAMES = {2: ("chosen", "rejected"), 1: ("completion",)}
 
 

@@ -1,0 +1,52 @@
+"""The encode step of a preference build on this machine: `encode/preference.py`'s PairEncoder over the
+stream's batches of records, in this process (its tokenizer on the Rust threads, overlapped with the
+caller's work) or in worker processes started as the SFT build starts its own (workers.start_worker:
+from the fork server, the encoder sent once as a file, stopped with the build). Results come back in
+batch order with at most 2 x workers batches in flight, so the worker count changes the speed only."""
+
+from __future__ import annotations
+
+import pickle
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from ..sources.spill_folder import spill_folder
+from . import workers as worker
+from .cores import threads_per_worker
+from .stream import in_order, overlapped
+
+
+def encode_pairs_in_worker(batch: list) -> list:
+    worker.ready()
+    return worker._worker_encoder.encode_batch(batch)
+
+
+def encode_pairs(batches: Iterable[list], encoder, processes: int) -> Iterator:
+    """The tokenized pairs of `batches` in order (`encoder` a PairEncoder); `processes` > 1 runs them in
+    that many worker processes."""
+    if processes <= 1:
+        yield from overlapped(batches, encoder)
+        return
+    worker.start_resource_tracker()
+    folder = spill_folder()
+    pool = lifeline = None
+    try:
+        encoder_file = Path(folder.name) / "pair-encoder.pickle"
+        encoder_file.write_bytes(pickle.dumps(encoder))
+        context = worker.worker_context()
+        ended = context.Event()
+        lifeline, child_end = context.Pipe(duplex=False)
+        imported_from = {name: sys.modules[name].__file__ for name in worker.SHARED_IMPORTS if name in sys.modules}
+        pool = ProcessPoolExecutor(max_workers=processes, mp_context=context, initializer=worker.start_worker,
+                                   initargs=(str(encoder_file), threads_per_worker(processes), imported_from, ended,
+                                             child_end))
+        yield from in_order(batches, lambda batch: pool.submit(encode_pairs_in_worker, batch),
+                            lambda future: future.result(), 2 * processes)
+    finally:
+        if pool is not None:
+            worker.end_pool(pool, ended)
+        if lifeline is not None:
+            lifeline.close()
+        folder.cleanup()
