@@ -251,6 +251,9 @@ def _check_row(pair: StoredPair, path: Path, below: int | None, prompt_tokens: i
     names = COMPLETION_NAMES[len(pair.completion_ids)]
     if not len(pair.prompt_ids):
         raise RowFormatError(f"{where}: its prompt is empty")
+    if prompt_tokens is not None and len(pair.prompt_ids) > prompt_tokens:
+        raise RowFormatError(f"{where}: its prompt is {len(pair.prompt_ids)} tokens, over prompt_tokens "
+                             f"({prompt_tokens})")
     for name, ids, mask in zip(names, pair.completion_ids, pair.completion_masks):
         if len(ids) != len(mask):
             raise RowFormatError(f"{where}: {name}_input_ids and {name}_loss_mask lengths differ "
@@ -267,9 +270,6 @@ def _check_row(pair: StoredPair, path: Path, below: int | None, prompt_tokens: i
             bad = int(ids[(ids < 0) | (ids >= (below if below is not None else 2**31))][0])
             raise RowFormatError(f"{where}: {name} holds token id {bad}, outside 0..{(below or 2**31) - 1}: not a "
                                  "build of this tokenizer, or a damaged one")
-    if prompt_tokens is not None and len(pair.prompt_ids) > prompt_tokens:
-        raise RowFormatError(f"{where}: its prompt is {len(pair.prompt_ids)} tokens, over prompt_tokens "
-                             f"({prompt_tokens})")
     if len(pair.completion_ids) == 2 and all(np.array_equal(a, b) for a, b in (pair.completion_ids,
                                                                               pair.completion_masks)):
         raise RowFormatError(f"{where}: chosen and rejected are the same tokens and targets")
