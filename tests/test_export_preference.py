@@ -1,8 +1,7 @@
 """The preference export's cut (databuild/export/preference.py), on hand-made native rows: a
-completion's untrained head joins the prompt, its untrained tail is left out and counted, the tokens
-between are its targets; a completion with an untrained token between targets, a pair whose heads
-differ, and a completion without a target are each refused in one line naming the row, the id and
-the side. TRL's reading of the result is tests/test_trl_preference_run.py (optional: torch, trl)."""
+completion's untrained head joins the prompt when the pair shares it, its untrained tail is left out
+and counted, the tokens between carry their target mask (0 inside a multi-turn completion); a
+completion without a target is refused in one line naming the row, the id and the side. TRL's reading of the result is tests/test_trl_preference_run.py (optional: torch, trl)."""
 
 from __future__ import annotations
 
@@ -28,24 +27,32 @@ def test_head_joins_the_prompt_and_tail_is_counted():
     out, tail = dpo_table(table, 0, "f.parquet")
     assert out.schema.equals(DPO_SCHEMA)
     assert out.to_pylist() == [
-        {"id": "a", "prompt_ids": [1, 2, 7, 8], "chosen_ids": [30, 31], "rejected_ids": [40]},
-        {"id": "b", "prompt_ids": [3], "chosen_ids": [50, 51], "rejected_ids": [60]},
+        {"id": "a", "prompt_ids": [1, 2, 7, 8], "chosen_ids": [30, 31], "rejected_ids": [40],
+         "chosen_target_mask": [1, 1], "rejected_target_mask": [1]},
+        {"id": "b", "prompt_ids": [3], "chosen_ids": [50, 51], "rejected_ids": [60],
+         "chosen_target_mask": [1, 1], "rejected_target_mask": [1]},
     ]
     assert tail == 3  # one after the chosen's last target, two after the rejected's
 
 
-@pytest.mark.parametrize("row, message", [
-    (("m", [1], [30, 5, 31], [1, 0, 1], [40], [1]),
-     "f.parquet: row 12 (id m), chosen: refused: token 1 of the completion is not a target but lies between targets"),
-    (("h", [1], [7, 30], [0, 1], [8, 40], [0, 1]),
-     "f.parquet: row 12 (id h): refused: the chosen and the rejected completion begin with different untrained tokens"),
-    (("e", [1], [30], [1], [40, 41], [0, 0]),
-     "f.parquet: row 12 (id e), rejected: refused: the completion has no target"),
-])
-def test_refusals_name_row_id_and_side(row, message):
+def test_untrained_tokens_inside_a_completion_or_heads_that_differ_are_masked():
+    """A multi-turn completion keeps its untrained middle, masked 0; heads that differ in a pair stay in
+    their completions, masked 0, and the prompt stays the native one."""
+    out, tail = dpo_table(pairs(("m", [1], [7, 30, 5, 6, 31, 9], [0, 1, 0, 0, 1, 0], [7, 40], [0, 1]),
+                                ("h", [1], [7, 30], [0, 1], [8, 40], [0, 1])), 0, "f.parquet")
+    assert out.to_pylist() == [
+        {"id": "m", "prompt_ids": [1, 7], "chosen_ids": [30, 5, 6, 31], "rejected_ids": [40],
+         "chosen_target_mask": [1, 0, 0, 1], "rejected_target_mask": [1]},
+        {"id": "h", "prompt_ids": [1], "chosen_ids": [7, 30], "rejected_ids": [8, 40],
+         "chosen_target_mask": [0, 1], "rejected_target_mask": [0, 1]},
+    ]
+    assert tail == 1
+
+
+def test_a_completion_without_a_target_is_refused_naming_row_id_and_side():
     with pytest.raises(BuildError) as raised:
-        dpo_table(pairs(("ok", [1], [30], [1], [40], [1]), row), 11, "f.parquet")
-    assert str(raised.value).startswith(message)
+        dpo_table(pairs(("ok", [1], [30], [1], [40], [1]), ("e", [1], [30], [1], [40, 41], [0, 0])), 11, "f.parquet")
+    assert str(raised.value).startswith("f.parquet: row 12 (id e), rejected: refused: the completion has no target")
     assert "\n" not in str(raised.value)
 
 
@@ -56,8 +63,9 @@ def test_unpaired_rows_keep_their_label():
                       "label": [True, False]})
     out, tail = kto_table(table, 0, "f.parquet")
     assert out.schema.equals(KTO_SCHEMA)
-    assert out.to_pylist() == [{"id": "u", "prompt_ids": [1, 7], "completion_ids": [30], "label": True},
-                               {"id": "v", "prompt_ids": [2, 3], "completion_ids": [40], "label": False}]
+    assert out.to_pylist() == [
+        {"id": "u", "prompt_ids": [1, 7], "completion_ids": [30], "label": True, "completion_target_mask": [1]},
+        {"id": "v", "prompt_ids": [2, 3], "completion_ids": [40], "label": False, "completion_target_mask": [1]}]
     assert tail == 1
 
 

@@ -2,7 +2,8 @@
 preference export: tested against trl 1.9.0 (huggingface/trl@f2cd5771's trainer files, the same),
 torch 2.14.1, transformers 5.24.0. DPOTrainer, built as the written script builds it, over a tiny
 randomly initialised Llama in float64 on CPU, over pairs the build's own encode stage tokenized and
-masked and its row file writer wrote: its per-sequence log-probability sums over the chosen and
+masked and its row file writer wrote (one with a multi-turn chosen completion, a user turn between its
+targets): its per-sequence log-probability sums over the chosen and
 rejected completions (its own precompute_ref_log_probs pass, TRL's collator and masking) equal sums
 computed here from the native rows alone (the prompt and completion run as one sequence,
 log-softmax, summed where the native loss mask is 1), within 1e-9 (measured: at most 1.1e-13 in float64);
@@ -31,14 +32,17 @@ trl = pytest.importorskip("trl", reason="trl is not installed (an optional test:
 
 TOLERANCE = 1e-9  # float64 sums of a few dozen log-probabilities: rounding is about 1e-13
 
-PAIRS = [  # (prompt messages, chosen reply, rejected reply)
+PAIRS = [  # (prompt messages, chosen reply, rejected reply); a list of turns is a multi-turn completion
     ([("user", "Hi there")], "Hello, friend.", "Go away."),
     ([("system", "Be brief."), ("user", "What is 2+2?")], "4", "It is five, I think, but I am not sure at all."),
     ([("user", "Name a colour."), ("assistant", "Blue."), ("user", "Another one?")], "Red.", "Blue again."),
     ([("user", "Say a long sentence about the sea and the sky.")],
      "The sea is wide and grey, and the sky above it turns slowly from blue to gold.", "No."),
     ([("user", "Count to three.")], "1, 2, 3", "1, 2, 4"),
+    ([("user", "Pick a number.")], [("assistant", "Seven."), ("user", "Why that one?"), ("assistant", "It is prime.")],
+     "Twelve, because I like it."),
 ]
+MULTI_TURN = 5  # the pair whose chosen completion holds a user turn between its targets
 
 
 def native_file(directory, unpaired: bool = False):
@@ -52,7 +56,8 @@ def native_file(directory, unpaired: bool = False):
     records = []
     for number, (prompt, chosen, rejected) in enumerate(PAIRS):
         prompt = tuple({"role": role, "content": text} for role, text in prompt)
-        completions = [({"role": "assistant", "content": chosen},), ({"role": "assistant", "content": rejected},)]
+        completions = [tuple({"role": role, "content": text} for role, text in
+                             (reply if isinstance(reply, list) else [("assistant", reply)])) for reply in (chosen, rejected)]
         if unpaired:
             records += [pair(2 * number, prompt, completions[0], label=True),
                         pair(2 * number + 1, prompt, completions[1], label=False)]
@@ -139,12 +144,19 @@ def test_dpo_trainer_sums_the_native_targets(export, tmp_path):
         assert difference < TOLERANCE, (side, difference)
         print(f"{side}: max |TRL - native| = {difference:.3g}")
     assert not np.allclose(expected["chosen"], expected["rejected"])  # the test can tell the sides apart
-    # and the cut matters: the native completions handed over as they are (the assistant header among
-    # them) are summed over by TRL's collator, header included, far from the native sums
-    naive = [{"prompt_ids": r["prompt_input_ids"], "chosen_ids": r["chosen_input_ids"],
+    # The test can tell what the cut and the masks do. TRL's own collator, which trains every completion
+    # token, over the native completions as they are (the assistant header among them): far from the native
+    # sums; over the export's rows: equal where the target masks are all ones, far off for the multi-turn
+    # completion, whose user turn it would train.
+    stock = trl.trainer.dpo_trainer.DataCollatorForPreference(pad_token_id=export[3].eos_token_id)
+    uncut = [{"prompt_ids": r["prompt_input_ids"], "chosen_ids": r["chosen_input_ids"],
               "rejected_ids": r["rejected_input_ids"]} for r in native.to_pylist()]
-    naive_chosen, _ = trainer.compute_ref_log_probs(model, trainer.data_collator(naive))
-    assert np.abs(naive_chosen.numpy() - expected["chosen"]).min() > 1.0
+    uncut_chosen, _ = trainer.compute_ref_log_probs(model, stock(uncut))
+    assert np.abs(uncut_chosen.numpy() - expected["chosen"]).min() > 1.0
+    stock_chosen, _ = trainer.compute_ref_log_probs(model, stock([trainer.train_dataset[r] for r in range(len(PAIRS))]))
+    off = np.abs(stock_chosen.numpy() - expected["chosen"])
+    assert off[MULTI_TURN] > 1.0 and np.delete(off, MULTI_TURN).max() < TOLERANCE
+    assert 0 in trainer.train_dataset[MULTI_TURN]["chosen_target_mask"]
 
 
 def test_dpo_loss_after_training_equals_the_native_loss(export, tmp_path):
@@ -198,7 +210,7 @@ def test_kto_trainer_sums_the_native_targets(export, tmp_path):
     print(f"KTO completion: max |TRL - native| = {difference:.3g}")
     rows = pq.read_table(kto[1]).to_pylist()
     before = [r - 1 if r % 2 else r + 1 for r in range(len(rows))]  # batches of two: (x1, y2), (x2, y1)
-    kl = np.array([target_sum(model, rows[r]["prompt_ids"], rows[b]["completion_ids"], [1] * len(rows[b]["completion_ids"]))
+    kl = np.array([target_sum(model, rows[r]["prompt_ids"], rows[b]["completion_ids"], rows[b]["completion_target_mask"])
                    for r, b in enumerate(before)])
     assert np.abs(np.array(trainer.train_dataset["ref_KL_logps"]) - kl).max() < TOLERANCE
     assert np.abs(kl - expected).min() > 1.0  # the test can tell the KL pairs from the matched ones

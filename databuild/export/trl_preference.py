@@ -1,16 +1,17 @@
 """trl-dpo and trl-kto: preference rows in TRL's tokenized columns (export/preference.py), and beside
-them the DPOConfig / KTOConfig arguments and a train script that reads them as they are.
+them the DPOConfig / KTOConfig arguments and a train script (export/trl_script.py) that reads them.
 
 TRL (huggingface/trl@f2cd5771, released as trl 1.9.0, whose trainer files are the same) has no input
 for tokenized preference rows: DPOTrainer.__init__ runs _prepare_dataset on every text dataset
 (trl/trainer/dpo_trainer.py L842-852), which extracts a prompt from `chosen`/`rejected` text, appends
 EOS to text completions and tokenizes again (L980-1081); KTOTrainer likewise (kto_trainer.py
 L1006-1139). Its collators read `prompt_ids` and `chosen_ids`/`rejected_ids` (`completion_ids`, `label`)
-(dpo_trainer.py L152-210, kto_trainer.py L165-210), which is what the rows hold; the script's trainer
-hands them over as they are by overriding `_prepare_dataset`, the one step that would re-tokenize
-(for KTO it also writes the KL term's mismatched completions, as that step does).
-`max_length: null`: the collator's truncation (keep_start, 1024 by default) would cut targets off
-silently; the build's own length limits apply instead.
+(dpo_trainer.py L152-210, kto_trainer.py L165-210) and train every completion token. The script's
+trainer hands the rows over as they are (its `_prepare_dataset`) and sets the collator's
+completion_mask from the rows' target masks (TRL's public `data_collator` argument), with
+`max_length: null` (TRL's truncation, keep_start at 1024 by default, would cut targets off silently;
+the build's own length limits apply instead) and `remove_unused_columns: false` (the masks reach the
+collator).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from ..errors import BuildError
 from .preference import DPO_SCHEMA, KTO_SCHEMA, ID, LABEL, PROMPT, SIDES, dpo_table, kto_table
 from .recipe_text import absolute, yaml_text
 from .stream import Format, export_stem
+from .trl_script import script
 
 TRL = "huggingface/trl@f2cd5771"
 TRL_VERSION = "1.9.0"
@@ -33,7 +35,7 @@ TRL_VERSION = "1.9.0"
 class PreferenceFormat(Format):
     """A preference export: the blocks are (first row, table, file name) of the native preference file."""
     kind: str  # "DPO" or "KTO"
-    columns: tuple[str, ...]  # the collator's columns, for the script's check
+    columns: tuple[str, ...]  # the columns the script's trainer reads
     native: tuple[str, ...]  # the native columns it reads
     padding_why = "none: a preference row file holds one pair (or one labelled completion) per row, unpadded"
     tail_why = ("untrained tokens after a completion's last target (what the template writes after the end of "
@@ -66,84 +68,32 @@ class PreferenceFormat(Format):
 
     def trainer_config(self, out: Path, row_tokens: int, rows: int, validation: Path | None = None) -> dict[str, str]:
         stem, kind = export_stem(out), self.kind
-        arguments = {"max_length": None, **({"eval_strategy": "epoch"} if validation else {})}
-        header = [f"TRL ({TRL}, trl=={TRL_VERSION}) {kind}Config arguments that read {absolute(out)} ({rows} rows),",
-                  f"written by `databuild export --to {self.name}`: {kind}Config(**these, output_dir=...), with the",
-                  f"trainer of {stem}.{kind.lower()}.py (its _prepare_dataset would tokenize the rows again)."]
-        evaluation = "" if validation is None else f"\nEVAL_ROWS = {absolute(validation)!r}"
-        eval_dataset = "" if validation is None else (
-            '\n                          eval_dataset=load_dataset("parquet", data_files=EVAL_ROWS, split="train"),')
-        script = f'''"""Train a causal LM on {absolute(out)} with TRL's {kind}Trainer ({TRL}, trl=={TRL_VERSION}).
-Written by `databuild export --to {self.name}`. The model's tokenizer must be the one the rows were built with.
-
-    python {stem}.{kind.lower()}.py MODEL OUTPUT_DIR [--{kind}CONFIG_ARGUMENT VALUE ...]   # e.g. --beta 0.1
-"""
-
-import sys
-
-from datasets import load_dataset
-from transformers import AutoModelForCausalLM, AutoTokenizer, HfArgumentParser
-from transformers.utils import is_torch_bf16_gpu_available
-from trl import {kind}Config, {kind}Trainer
-
-ROWS = {absolute(out)!r}
-ARGUMENTS = {arguments!r}{evaluation}
-COLUMNS = {self.columns!r}
-
-
-class Tokenized{kind}Trainer({kind}Trainer):
-    """{kind}Trainer on rows tokenized already: its _prepare_dataset would extract a prompt from text columns
-    the rows do not have and tokenize again; its collator reads the rows' columns as they are."""
-
-    def _prepare_dataset(self, dataset, processing_class, args, dataset_name):
-        missing = set(COLUMNS) - set(dataset.column_names or COLUMNS)
-        if missing:
-            raise ValueError(f"the {{dataset_name}} rows lack {{sorted(missing)}}: not a databuild {self.name} export")
-{self.prepared}
-
-def main():
-    model_name, output_dir = sys.argv[1], sys.argv[2]
-    # TRL's default is bf16=True, which stops at start-up on a machine without bf16 (a CPU, an older GPU).
-    bf16 = is_torch_bf16_gpu_available()
-    print(f"bf16 {{bf16}}", flush=True)
-    parser = HfArgumentParser({kind}Config)  # {kind}Config's own arguments after OUTPUT_DIR replace these defaults
-    parser.set_defaults(**ARGUMENTS, bf16=bf16)
-    (config,) = parser.parse_args_into_dataclasses(["--output_dir", output_dir, *sys.argv[3:]])
-    trainer = Tokenized{kind}Trainer(model=AutoModelForCausalLM.from_pretrained(model_name), args=config,
-                          train_dataset=load_dataset("parquet", data_files=ROWS, split="train"),{eval_dataset}
-                          processing_class=AutoTokenizer.from_pretrained(model_name))
-    trainer.train()
-
-
-if __name__ == "__main__":
-    main()
-'''
-        return {f"{stem}.{kind.lower()}.yaml": yaml_text(header, arguments), f"{stem}.{kind.lower()}.py": script}
+        arguments = {"max_length": None, "remove_unused_columns": False,
+                     **({"eval_strategy": "epoch"} if validation else {})}
+        header = [f"TRL ({TRL}, trl=={TRL_VERSION}) {kind}Config arguments that read {absolute(out)} ({rows} rows of at",
+                  f"most {row_tokens} tokens), written by `databuild export --to {self.name}`: {kind}Config(**these,",
+                  f"output_dir=...), with the trainer of {stem}.{kind.lower()}.py (TRL's own would tokenize the rows again",
+                  "and train every completion token)."]
+        text = script(kind, self.name, TRL, TRL_VERSION, absolute(out), arguments, self.columns, stem,
+                      None if validation is None else absolute(validation))
+        return {f"{stem}.{kind.lower()}.yaml": yaml_text(header, arguments), f"{stem}.{kind.lower()}.py": text}
 
 
 class DpoFormat(PreferenceFormat):
     name, kind, schema = "trl-dpo", "DPO", DPO_SCHEMA
-    columns = ("prompt_ids", "chosen_ids", "rejected_ids")
+    columns = ("prompt_ids", "chosen_ids", "rejected_ids", "chosen_target_mask", "rejected_target_mask")
     native = (ID, PROMPT, *SIDES["chosen"], *SIDES["rejected"])
-    prepared = "        return dataset\n"
-    convention = ("TRL DPOTrainer, tokenized: prompt_ids (shared by the pair), chosen_ids and rejected_ids, every "
-                  "token of which is a target; a completion's untrained head joins the prompt, its untrained tail is left out")
+    convention = ("TRL DPOTrainer, tokenized: prompt_ids (shared by the pair), chosen_ids and rejected_ids up to their "
+                  "last target, chosen_target_mask and rejected_target_mask (1 = target) for the script's collator; "
+                  "a common untrained head joins the prompt, an untrained tail is left out")
     cut = staticmethod(dpo_table)
 
 
 class KtoFormat(PreferenceFormat):
     name, kind, schema = "trl-kto", "KTO", KTO_SCHEMA
-    columns = ("prompt_ids", "completion_ids", "label")
+    columns = ("prompt_ids", "completion_ids", "label", "completion_target_mask")
     native = (ID, PROMPT, *SIDES["completion"], LABEL)
-    prepared = """\
-        if not self.calculate_KL:
-            return dataset
-        # The KL term's mismatched pairs: each prompt with the completion before it in its batch of
-        # per_device_train_batch_size rows, the first with the last (kto_trainer.py L1096-1112 builds them so).
-        def rotate(batch):
-            return {"KL_completion_ids": batch["completion_ids"][-1:] + batch["completion_ids"][:-1]}
-        return dataset.map(rotate, batched=True, batch_size=args.per_device_train_batch_size)
-"""
-    convention = ("TRL KTOTrainer, tokenized: prompt_ids, completion_ids (every token a target), label; a "
-                  "completion's untrained head joins the prompt, its untrained tail is left out")
+    convention = ("TRL KTOTrainer, tokenized: prompt_ids, completion_ids up to its last target, label, "
+                  "completion_target_mask (1 = target) for the script's collator; its untrained head joins the "
+                  "prompt, its untrained tail is left out")
     cut = staticmethod(kto_table)
