@@ -30,7 +30,7 @@ from tqdm import tqdm
 from .config import BuildConfig
 from .errors import BuildError
 from .encode.encoder import Encoder
-from .executors import Encoding, encoding_on
+from .executors import Encoding, encoding_on, start_early
 from .rowfile.hashes import RowsHasher, SegmentsHasher
 from .inputs.pins import check_unchanged, hashing_in_background
 from .current import stale_reason
@@ -109,6 +109,7 @@ def make(config: BuildConfig, out_dir: Path, *, force: bool = False, offline: bo
     started = time.perf_counter()
     final = Path(out_dir) / f"{config.name}.parquet"
     remove_stale_spill_folders()  # a killed build's, whether or not this one builds
+    start_early(executor, workers)  # the workers' fork server imports while this process pins
     pinned = pin(config, offline)
     split = validation_split(pinned) if config.validation is not None else None
     validation_final = final.with_name(f"{config.name}.validation.parquet")

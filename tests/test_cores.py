@@ -293,3 +293,24 @@ def test_first_batches_are_smaller_for_each_process():
     assert list(islice(batch_sizes(256, 3), 8)) == [32] * 3 + [128] * 3 + [256] * 2
     assert list(islice(batch_sizes(5, 2), 6)) == [1, 1, 2, 2, 5, 5]
     assert list(islice(batch_sizes(1, 1), 3)) == [1, 1, 1]
+
+
+START_EARLY = """
+import sys, threading
+from multiprocessing import forkserver
+from databuild.executors import start_early
+start_early(sys.argv[1], int(sys.argv[2]))
+for thread in threading.enumerate():
+    if thread.name == "databuild-start-fork-server":
+        thread.join()
+print(forkserver._forkserver._forkserver_pid is not None)
+"""
+
+
+@pytest.mark.parametrize("executor, workers, started", [("local", 4, True), ("local", 1, False), ("ray", 4, False)])
+def test_the_fork_server_starts_before_the_pin_where_workers_will_run(executor, workers, started):
+    """make starts the workers' fork server first, so that its imports overlap the pin; only where the
+    build will fork local workers."""
+    out = subprocess.run([sys.executable, "-c", START_EARLY, executor, str(workers)], capture_output=True, text=True,
+                         env={**os.environ, "DATABUILD_CORES": "8"}, check=True)
+    assert out.stdout.strip() == str(started), out.stderr

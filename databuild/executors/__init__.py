@@ -31,6 +31,17 @@ class Encoding:
         return self.stream(batches)
 
 
+def start_early(executor: str, workers: int | None) -> None:
+    """What the encoding can start before the build knows its encoder: the fork server its local worker
+    processes are forked from (workers.start_fork_server), where there will be workers."""
+    from .cores import encode_processes
+
+    if executor == "local" and encode_processes(workers) > 1:
+        from .workers import start_fork_server
+
+        start_fork_server()
+
+
 @contextmanager
 def encoding_on(executor: str, encoder: Encoder, workers: int | None, ray_address: str | None = None
                 ) -> Iterator[Encoding]:
