@@ -272,3 +272,50 @@ def test_the_implicit_split_rejoins_to_the_source_or_says_why_not(shared, tail_a
         assert problem.kind == COMPLETION_NOT_ASSISTANT
         rests = (chosen[shared_count:], rejected[shared_count:])
         assert any(not rest or rest[0]["role"] != "assistant" for rest in rests)
+
+
+RENAMED = {"preference": {"preference": "explicit", "prompt": "context", "chosen": "better", "rejected": "worse"},
+           "preference_implicit": {"preference": "implicit", "chosen": "better", "rejected": "worse",
+                                   "role": "speaker", "content": "text"},
+           "unpaired_preference": {"preference": "unpaired", "prompt": "context", "completion": "answer",
+                                   "label": "good"}}
+
+
+@pytest.mark.parametrize("kind", ["parquet", "jsonl"])
+@pytest.mark.parametrize("shape", list(RENAMED))
+def test_a_column_mapping_reads_renamed_columns_as_the_named_format(tmp_path, shape, kind):
+    mapping = RENAMED[shape]
+    fields = {"role": mapping.get("role", "role"), "content": mapping.get("content", "content")}
+
+    def renamed(value):
+        return [{fields[k]: v for k, v in m.items()} for m in value] if isinstance(value, list) else value
+    plain_rows = [shapes(row)[shape] for row in SIMPLE]
+    if shape == "unpaired_preference":
+        plain_rows = [{**row, "label": k % 2 == 0} for k, row in enumerate(plain_rows)]
+    rows = [{mapping.get(key, key): renamed(value) for key, value in row.items()} for row in plain_rows]
+    source = write_rows(tmp_path / "src", rows, kind)
+    config, found = records(tmp_path, {"dir": str(source), "format": mapping})
+    assert config.sources[0].format == shape and config.sources[0].format_config == mapping
+    write_rows(tmp_path / "plain", plain_rows, kind)
+    _, expected = records(tmp_path, {"dir": str(tmp_path / "plain"), "format": shape})
+    assert [(r.origin.id, r.prompt, r.completions, r.label) for r in found] == \
+        [(r.origin.id, r.prompt, r.completions, r.label) for r in expected]
+    assert all(r.problem is None for r in found) and len(found) == len(rows)
+
+
+@pytest.mark.parametrize("mapping, needle", [
+    ({"preference": "pairs"}, "key 'format.preference' = 'pairs': a preference shape: explicit, implicit, unpaired"),
+    ({"preference": "implicit", "prompt": "p"}, "format: unknown key 'prompt'"),
+    ({"preference": "explicit", "chosen": "x", "rejected": "x"}, "also the name of"),
+    ({"preference": "unpaired", "label": ""}, "key 'format.label' = '': expected a column or field name"),
+])
+def test_a_bad_column_mapping_is_refused_naming_the_key(tmp_path, mapping, needle):
+    with pytest.raises(BuildError) as refused:
+        load_config(write_config(tmp_path / "c.yaml", source={"dir": str(PREFERENCE_DIR), "format": mapping}))
+    assert needle in str(refused.value), str(refused.value)
+
+
+def test_ignore_fields_may_not_name_a_mapped_column(tmp_path):
+    with pytest.raises(BuildError, match="ignore_fields.*'worse'.*cannot build without it"):
+        load_config(write_config(tmp_path / "c.yaml", source={"dir": str(PREFERENCE_DIR), "format": {
+            "preference": "implicit", "chosen": "better", "rejected": "worse"}, "ignore_fields": ["worse"]}))

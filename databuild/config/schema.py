@@ -48,7 +48,7 @@ class SourceSpec:
     @property
     def format_config(self) -> str | dict[str, str]:
         """The format as the config spells it: a name, or the column mapping."""
-        return dict(self.columns) if self.format == "columns" else self.format
+        return dict(self.columns) if self.columns else self.format  # a column mapping, as written
 
 
 @dataclass(frozen=True)

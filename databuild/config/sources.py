@@ -77,11 +77,32 @@ def _ignore_fields(raw: Any, format_name: str, columns: dict[str, str], where: s
     return tuple(raw)
 
 
+def _preference_mapping(raw: dict, where: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """A preference format's column mapping: `preference: SHAPE` and the columns and fields it renames."""
+    from ..sources.formats.preference import SHAPES, mapping_keys
+
+    shape = raw["preference"]
+    if shape not in SHAPES:
+        raise _fail(where, "format.preference", shape, f"a preference shape: {', '.join(SHAPES)}")
+    name = SHAPES[shape]
+    _reject_unknown(raw, {"preference", *mapping_keys(name)}, f"{where}: format")
+    renamed = {key: value for key, value in raw.items() if key != "preference"}
+    for key, value in renamed.items():
+        if not isinstance(value, str) or not value:
+            raise _fail(where, f"format.{key}", value, "expected a column or field name")
+        twice = [other for other in renamed if other != key and renamed[other] == value]
+        if twice:
+            raise _fail(where, f"format.{key}", value, f"also the name of '{twice[0]}'")
+    return name, tuple(sorted(raw.items()))
+
+
 def _format(raw: Any, where: str) -> tuple[str, tuple[tuple[str, str], ...]]:
     from ..sources.formats import COLUMN_KEYS, FORMATS, PREFERENCE_FORMATS
 
     if isinstance(raw, str) and (raw in FORMATS or raw in PREFERENCE_FORMATS):
         return raw, ()
+    if isinstance(raw, dict) and "preference" in raw:
+        return _preference_mapping(raw, where)
     if not isinstance(raw, dict):
         raise _fail(where, "format", raw, f"known formats: {', '.join(sorted(FORMATS))}; preference formats: "
                                           f"{', '.join(PREFERENCE_FORMATS)}; or a column mapping "

@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from .adapter import Adapter
 from .messages import COLUMN_KEYS, MessageColumn
-from .preference import PREFERENCE_FORMATS
+from .preference import PREFERENCE_FORMATS, UnpairedPreference, mapped
 from .prompt_completion import PromptCompletion
 from .sharegpt import ShareGPT
 
@@ -26,6 +26,8 @@ def adapter_for(spec) -> Adapter:
     ignore = frozenset(spec.ignore_fields)
     if spec.format == "columns":
         return MessageColumn(**dict(spec.columns), ignore=ignore, rules=spec.rules)
+    if spec.format in PREFERENCE_FORMATS and spec.columns:  # a preference column mapping
+        return replace(mapped(spec.format, dict(spec.columns)), ignore=ignore, rules=spec.rules)
     return replace({**FORMATS, **PREFERENCE_FORMATS}[spec.format], ignore=ignore, rules=spec.rules)
 
 
@@ -33,7 +35,10 @@ def required_names(format_name: str, columns: dict[str, str]) -> set[str]:
     """The columns and message fields a format cannot build without: ignore_fields may not name them."""
     if format_name == "columns":
         return {columns["messages"], columns["role"], columns["content"]}
-    adapter = {**FORMATS, **PREFERENCE_FORMATS}[format_name]
+    if format_name in PREFERENCE_FORMATS:
+        adapter = mapped(format_name, columns)
+        return {*adapter.message_columns, adapter.role, adapter.content, *([adapter.label] if isinstance(adapter, UnpairedPreference) else [])}
+    adapter = FORMATS[format_name]
     if isinstance(adapter, MessageColumn):
         return {adapter.messages, adapter.role, adapter.content}
-    return {*adapter.message_columns, "role", "content", *([adapter.label] if hasattr(adapter, "label") else [])}
+    return {*adapter.message_columns, "role", "content"}

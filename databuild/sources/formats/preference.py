@@ -14,6 +14,9 @@ huggingface/trl@f2cd5771: `is_conversational`, `maybe_extract_prompt`, `extract_
 - `unpaired_preference`: `prompt`, `completion` (each a list of messages, or each a string) and
   `label` (true: desirable, false: undesirable), KTO's unpaired shape.
 
+A column mapping renames the columns (and the messages' role and content fields) of one shape, as the
+SFT formats' mapping does: `format: {preference: implicit, chosen: better, rejected: worse}` (`mapped`).
+
 Each row becomes one conversation of the normalised record (record.SOURCE_SCHEMA), so that the
 reader, the checks, the spill and its permutation are SFT's unchanged: the row's columns' messages in
 the order above, the first message of each column marked in its `fields` with PART (the column's
@@ -26,7 +29,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pyarrow as pa
@@ -48,11 +51,19 @@ class PreferenceColumns(Adapter):
     message marked."""
     ignore: frozenset[str] = frozenset()
     rules: DataRules = DataRules()
-    message_columns: tuple[str, ...] = ()
+    parts: tuple[str, ...] = ()  # the record's names of the message columns, in order (the marks)
+    message_columns: tuple[str, ...] = ()  # the file's names of them: `parts` unless a column mapping renames them
+    role: str = "role"  # the messages' role field, and content field (a column mapping may rename them)
+    content: str = "content"
     strings: bool = True  # whether the columns may be strings (all of them, or none)
 
+    def __post_init__(self):
+        if not self.message_columns:
+            object.__setattr__(self, "message_columns", self.parts)
+
     def expects(self) -> str:
-        kinds = "each a list<struct<content: string, role: string, and optionally the record's other fields>>"
+        kinds = (f"each a list<struct<{self.content}: string, {self.role}: string, and optionally the record's other "
+                 "fields>>")
         return f"{', '.join(self.message_columns)}: {kinds}" + (", or each a string" if self.strings else "") + \
             ", optionally tools"
 
@@ -68,7 +79,7 @@ class PreferenceColumns(Adapter):
         for column in self.message_columns:
             if column in as_strings:
                 continue
-            problem = self.message_struct_problem(schema, column, "role", "content")
+            problem = self.message_struct_problem(schema, column, self.role, self.content)
             if problem is not None:
                 return problem
         return None
@@ -78,11 +89,11 @@ class PreferenceColumns(Adapter):
 
     def marks(self, batch: pa.RecordBatch, problems: dict[int, str]) -> list[list[str | None]]:
         """Each column's mark for each row (None: the row is refused, nothing marked)."""
-        return [[column] * batch.num_rows for column in self.message_columns]
+        return [[part] * batch.num_rows for part in self.parts]
 
     def to_messages(self, batch: pa.RecordBatch) -> Flat:
         parts, problems, dropped = [], {}, Counter()
-        for column in self.message_columns:
+        for part_name, column in zip(self.parts, self.message_columns):
             values = batch.column(column)
             for row in np.flatnonzero(values.is_null().to_numpy(zero_copy_only=False)):
                 problems.setdefault(int(row), f"{column} is null")
@@ -90,10 +101,10 @@ class PreferenceColumns(Adapter):
                 present = values.is_valid().to_numpy(zero_copy_only=False)
                 offsets = np.concatenate([[0], np.cumsum(present, dtype=np.int64)])
                 contents = values.drop_null().cast(pa.string())
-                roles = pa.array([ROLE_OF_STRING[column]] * len(contents), pa.string())
+                roles = pa.array([ROLE_OF_STRING[part_name]] * len(contents), pa.string())
                 parts.append(Flat(offsets, roles, contents, pa.nulls(len(contents), pa.string()), {}))
                 continue
-            part = self.flat_messages(values, "role", "content")
+            part = self.flat_messages(values, self.role, self.content)
             for row, reason in part.problems.items():
                 problems.setdefault(row, f"{column}: {reason}")
             for row in np.flatnonzero((np.diff(part.offsets) == 0) & values.is_valid().to_numpy(zero_copy_only=False)):
@@ -122,22 +133,22 @@ class PreferenceColumns(Adapter):
 
 @dataclass(frozen=True)
 class ExplicitPreference(PreferenceColumns):
-    message_columns: tuple[str, ...] = ("prompt", "chosen", "rejected")
+    parts: tuple[str, ...] = ("prompt", "chosen", "rejected")
 
     def mixed_hint(self, as_strings: list[str]) -> str:
         return (" (a string prompt beside conversations in chosen and rejected is the implicit shape: format: "
-                "preference_implicit, with prompt in ignore_fields)") if as_strings == ["prompt"] else ""
+                "preference_implicit, with prompt in ignore_fields)") if as_strings == [self.message_columns[0]] else ""
 
 
 @dataclass(frozen=True)
 class ImplicitPreference(PreferenceColumns):
-    message_columns: tuple[str, ...] = ("chosen", "rejected")
+    parts: tuple[str, ...] = ("chosen", "rejected")
     strings: bool = False  # TRL extracts a prompt from two strings by characters: refused (a prompt is messages)
 
 
 @dataclass(frozen=True)
 class UnpairedPreference(PreferenceColumns):
-    message_columns: tuple[str, ...] = ("prompt", "completion")
+    parts: tuple[str, ...] = ("prompt", "completion")
     label: str = "label"
 
     def expects(self) -> str:
@@ -170,3 +181,19 @@ class UnpairedPreference(PreferenceColumns):
 PREFERENCE_FORMATS: dict[str, Adapter] = {"preference": ExplicitPreference(),
                                           "preference_implicit": ImplicitPreference(),
                                           "unpaired_preference": UnpairedPreference()}
+# A preference column mapping (`format: {preference: SHAPE, chosen: COLUMN, ...}`): its shapes' formats
+SHAPES = {"explicit": "preference", "implicit": "preference_implicit", "unpaired": "unpaired_preference"}
+
+
+def mapping_keys(format_name: str) -> tuple[str, ...]:
+    """The keys a column mapping of a preference format may rename: its columns, and the messages' fields."""
+    adapter = PREFERENCE_FORMATS[format_name]
+    return (*adapter.parts, *(("label",) if isinstance(adapter, UnpairedPreference) else ()), "role", "content")
+
+
+def mapped(format_name: str, mapping: dict[str, str]) -> PreferenceColumns:
+    """The format's adapter reading the columns and fields a mapping names (the rest keep their names)."""
+    adapter = PREFERENCE_FORMATS[format_name]
+    names = {key: value for key, value in mapping.items() if key != "preference"}
+    return replace(adapter, message_columns=tuple(names.get(part, part) for part in adapter.parts),
+                   **{key: value for key, value in names.items() if key not in adapter.parts})
