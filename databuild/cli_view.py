@@ -148,7 +148,16 @@ def diff(a, b, everything, name_or_dir):
     """
     from .compare import diff as run_diff
     from .views.diff import pinned_tokenizers, render
+    from .verify.preference import is_preference_file
 
+    preference = [Path(side).suffix == ".parquet" and is_preference_file(Path(side)) for side in (a, b)]
+    if any(preference):  # two preference row files (compare_pairs.py)
+        from .compare_pairs import diff_pairs, refuse_mixed, render_pairs
+
+        refuse_mixed(Path(a), Path(b), *preference)
+        pairs = diff_pairs(Path(a), Path(b))
+        click.echo(render_pairs(pairs, everything), nl=False)
+        sys.exit(0 if pairs.identical else 1)
     result = run_diff(a, b)
     click.echo(render(result, pinned_tokenizers(name_or_dir), everything), nl=False)
     sys.exit(0 if result.identical else 1)

@@ -34,7 +34,7 @@ STAGES: tuple[tuple[str, ...], ...] = (
     ("databuild.shortfall",),
     ("databuild.prepare",),
     ("databuild.build", "databuild.preference"),
-    ("databuild.compare", "databuild.views", "databuild.export", "databuild.integrations"),
+    ("databuild.compare", "databuild.compare_pairs", "databuild.views", "databuild.export", "databuild.integrations"),
     ("databuild.scaffold",),
     ("databuild.api", "databuild.cli", "databuild.cli_files", "databuild.cli_init", "databuild.cli_view",
      "databuild.__main__", "databuild"),
