@@ -1,9 +1,8 @@
-"""Preference records built by hand for the encode and row-file tests, and encoders over the fixture
+"""Preference records (records/preference.py) built by hand for the encode tests, and encoders over the fixture
 tokenizer with a small generation-tagged template (transformers' own masks are the reference there)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from conftest import TOKENIZER_DIR
@@ -11,6 +10,7 @@ from databuild.encode.encoder import Encoder
 from databuild.encode.preference import PairEncoder
 from databuild.encode.render import Renderer, load_tokenizer
 from databuild.records.origin import Origin
+from databuild.records.preference import PreferenceRecord
 
 # Harmony-like markup with the assistant's text and its <|end|> in generation blocks; the generation
 # prompt is GENERATION (the tests vary it to make a prompt that is not a prefix).
@@ -18,17 +18,6 @@ GENERATION = "<|start|>assistant<|message|>"
 TAGGED = ("{% for m in messages %}{% if m.role == 'assistant' %}<|start|>assistant<|message|>{% generation %}"
           "{{ m.content }}<|end|>{% endgeneration %}{% else %}<|start|>{{ m.role }}<|message|>{{ m.content }}<|end|>"
           "{% endif %}{% endfor %}{% if add_generation_prompt %}GENERATION{% endif %}")
-
-
-@dataclass(frozen=True)
-class Record:
-    """What psrc's PreferenceRecord holds (records/preference.py), built by hand."""
-    origin: Origin
-    prompt: tuple[dict, ...]
-    completions: tuple[tuple[dict, ...], ...]
-    label: bool | None = None
-    tools: Any = None
-    problem: Any = None
 
 
 def user(text: str) -> dict:
@@ -39,8 +28,9 @@ def assistant(text: str) -> dict:
     return {"role": "assistant", "content": text}
 
 
-def pair(number: int, prompt: tuple[dict, ...], *completions: tuple[dict, ...], label: bool | None = None) -> Record:
-    return Record(Origin(number, number, f"pair-{number}", "hand"), prompt, completions, label)
+def pair(number: int, prompt: tuple[dict, ...], *completions: tuple[dict, ...],
+         label: bool | None = None) -> PreferenceRecord:
+    return PreferenceRecord(Origin(number, number, f"pair-{number}", "hand"), prompt, completions, label)
 
 
 def tagged_template(generation: str = GENERATION) -> str:
