@@ -131,6 +131,6 @@ def test_a_conversation_expanded_into_samples_counts_once():
     samples = [TokenizedConversation(Origin(0, 7, "c7", "s"), np.array(ids, np.int32), np.array([1] * len(ids), np.int8),
                                      part=k, parts=3) for k, ids in enumerate([[1, 2], [1, 2, 3], [1, 2, 3, 4]])]
     rows, stats = rows_of([*samples, conv(1, [5, 6], [1, 1])], 6)
-    assert [r.positions for r in rows] == [(0, 0), (0, 0)]  # [1 2 SEP 1 2 3] [SEP 1 2 3 4 SEP], then 5 6 left
+    assert [tuple(o.position for o in r.origins) for r in rows] == [(0, 0), (0, 0)]  # [1 2 SEP 1 2 3] [SEP 1 2 3 4 SEP], then 5 6 left
     assert stats.conversations_read == 2
     assert stats.conversations_by_source == {"s": 1} and stats.in_kept_positions == {0}

@@ -27,7 +27,7 @@ import numpy as np
 
 from ..records.conversation import TokenizedConversation
 from ..errors import BuildError
-from ..records.row import PADDING_ID, Row
+from ..records.row import PADDING, Row
 from .rows import Packing, PackStats
 
 
@@ -93,20 +93,15 @@ def _rows(window: list[tuple[TokenizedConversation, np.ndarray, np.ndarray]], pa
         used = sum(lengths)
         ids = [p[1] for p in parts]
         mask = [p[2] for p in parts]
-        conversation_ids = tuple(c.origin.id for c, _, _ in parts)
-        sources = tuple(c.origin.source for c, _, _ in parts)
-        positions = tuple(c.origin.position for c, _, _ in parts)
+        origins = tuple(c.origin for c, _, _ in parts)
         starts = np.cumsum([0] + lengths[:-1])
         if used < row_tokens:
             ids.append(np.full(row_tokens - used, packing.pad_id, dtype=np.int32))
             mask.append(np.zeros(row_tokens - used, dtype=np.int8))
             starts = np.append(starts, used)
-            conversation_ids += (PADDING_ID,)
-            sources += (PADDING_ID,)
-            positions += (-1,)
+            origins += (PADDING,)
         row_mask = np.concatenate(mask)
-        row = Row(np.concatenate(ids), row_mask, starts.astype(np.int32), conversation_ids, sources, False,
-                  positions)
+        row = Row(np.concatenate(ids), row_mask, starts.astype(np.int32), origins, False)
         if not row_mask.any():
             stats.count_skipped(row)
             continue

@@ -17,26 +17,22 @@ from typing import Iterable, Iterator
 import numpy as np
 
 from ..records.conversation import TokenizedConversation
+from ..records.origin import Origin
 from .rows import Packing, PackStats
 from ..records.row import Row
 
 
 
 class _Segments:
-    """Segment starts (stream offsets) with their conversation's id, source and stream position."""
+    """Segment starts (stream offsets) with their conversation's origin."""
 
     def __init__(self):
         self.starts: list[int] = []
-        self.ids: list[str] = []
-        self.sources: list[str] = []
-        self.positions: list[int] = []  # stream positions
+        self.origins: list[Origin] = []
 
     def add(self, start: int, conversation: TokenizedConversation) -> None:
         self.starts.append(start)
-        origin = conversation.origin
-        self.ids.append(origin.id)
-        self.sources.append(origin.source)
-        self.positions.append(origin.position)
+        self.origins.append(conversation.origin)
 
     def row(self, low: int, high: int) -> tuple[list[int], slice]:
         """Segments of stream range [low, high): the one covering low, then those starting inside."""
@@ -48,8 +44,7 @@ class _Segments:
     def drop_before(self, offset: int) -> None:
         """Forget segments that end before offset, rebasing the rest so offset becomes 0."""
         keep = max(int(np.searchsorted(self.starts, offset, side="right")) - 1, 0)
-        for name in ("ids", "sources", "positions"):
-            setattr(self, name, getattr(self, name)[keep:])
+        self.origins = self.origins[keep:]
         self.starts = [s - offset for s in self.starts[keep:]]
 
 
@@ -82,8 +77,7 @@ def pack_rows(conversations: Iterable[TokenizedConversation], packing: Packing, 
             row_mask = mask[low:low + row_tokens]
             starts, which = segments.row(low, low + row_tokens)
             row = Row(ids[low:low + row_tokens], row_mask, np.asarray(starts, dtype=np.int32),
-                      tuple(segments.ids[which]), tuple(segments.sources[which]), segments.starts[which.start] < low,
-                      tuple(segments.positions[which]))
+                      tuple(segments.origins[which]), segments.starts[which.start] < low)
             if not row_mask.any():
                 stats.count_skipped(row)
                 continue

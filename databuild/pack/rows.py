@@ -70,7 +70,7 @@ class PackStats:
     def count_skipped(self, row: Row) -> None:
         """Tally a row skipped for having no target."""
         self.rows_skipped_unsupervised += 1
-        self.in_skipped_positions.update(p for p in row.positions if p >= 0)
+        self.in_skipped_positions.update(o.position for o in row.origins if o.position >= 0)
 
     def count_kept(self, row: Row) -> None:
         """Tally a kept row. A conversation counts once, by its stream position, in the first kept row that
@@ -82,13 +82,13 @@ class PackStats:
         self.tokens_kept += len(row.input_ids)
         self.supervised_tokens_kept += int(row.loss_mask.sum(dtype=np.int64))
         lengths = np.diff(np.append(row.seq_start_id, len(row.input_ids)))
-        for source, conversation, length, position in zip(row.sources, row.conversation_ids, lengths, row.positions):
-            if conversation == PADDING_ID:
-                self.padding_tokens += int(length)
+        for origin, length in zip(row.origins, lengths.tolist()):
+            if origin.id == PADDING_ID:
+                self.padding_tokens += length
                 continue
-            self.tokens_by_source[source] += int(length)
-            if position not in self.in_kept_positions:
-                self.in_kept_positions.add(position)
-                self.conversations_by_source[source] += 1
-                self.repeated_ids += conversation in self.ids_kept
-                self.ids_kept.add(conversation)
+            self.tokens_by_source[origin.source] += length
+            if origin.position not in self.in_kept_positions:
+                self.in_kept_positions.add(origin.position)
+                self.conversations_by_source[origin.source] += 1
+                self.repeated_ids += origin.id in self.ids_kept
+                self.ids_kept.add(origin.id)
