@@ -149,3 +149,33 @@ def test_on_bad_conversation_error_stops_at_the_first_refused_pair(tmp_path):
     with pytest.raises(BuildError, match=r"conversation cannot be built \(no_shared_prompt\): .*row 16 \(id "
                                          r"'pref-0038'\)"):
         make_preference(preference_config(tmp_path, on_bad_conversation="error"), tmp_path / "out")
+
+
+def test_an_unpaired_build_keeps_each_completion_and_its_label(tmp_path):
+    """KTO's shape (prompt, completion, label) in JSON Lines: one row per completion with its label, the
+    unpaired schema, verified; the row's prompt and completion are transformers' renders, as for pairs."""
+    from transformers import AutoTokenizer
+
+    rows = [{"id": f"u-{k}", "prompt": [{"role": "user", "content": f"question {k}?"}],
+             "completion": [{"role": "assistant", "content": f"answer {k}" + " more" * (4 * k)}], "label": k % 3 != 0}
+            for k in range(12)]
+    (tmp_path / "src" / "data").mkdir(parents=True)
+    (tmp_path / "src" / "data" / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    config = preference_config(tmp_path, source={"dir": str(tmp_path / "src"), "repo": "local/kto", "revision": "4" * 40,
+                                                 "format": "unpaired_preference", "ignore_fields": None},
+                               prompt_tokens=80, sequence_tokens=100, name="kto-test")
+    result = make_preference(config, tmp_path / "out")
+    table = pq.read_table(result.parquet)
+    assert table.column_names == ["id", "prompt_input_ids", "completion_input_ids", "completion_loss_mask", "label"]
+    assert result.data["output"]["kind"] == "unpaired" and result.data["counts"]["pairs_dropped"][
+        "sequence_too_long"] == 12 - table.num_rows > 0  # the longest answers are over 100 tokens
+    tokenizer = AutoTokenizer.from_pretrained(str(TOKENIZER_DIR))
+    kwargs = {"current_date": "2026-10-01", "reasoning_effort": "xhigh"}
+    for row in table.to_pylist():
+        source = rows[int(row["id"].split("-")[1])]
+        assert row["label"] is source["label"]
+        whole = tokenizer.apply_chat_template(source["prompt"] + source["completion"], tokenize=True,
+                                              return_dict=True, **kwargs)["input_ids"]
+        assert whole == row["prompt_input_ids"] + row["completion_input_ids"]
+    assert result.data["output"]["labels_true"] == sum(table.column("label").to_pylist())
+    assert run_cli("verify", str(result.parquet)).returncode == 0
