@@ -48,13 +48,25 @@ def show(parquet, row, name_or_dir, config, color):
     here, they are read from the template's markup in the decoded text, and a line says so
     (data/README.md, "show and report").
 
+    On a preference row file (task: preference): the pair's prompt once, marked ⟦prompt⟧, then
+    ⟦chosen⟧ and ⟦rejected⟧ (or ⟦completion⟧ and its label), each as it follows the prompt.
+
     \b
     Examples:
       databuild show build/muse-spark-tiny-fixed512-v1.parquet
       databuild show rows.parquet --row 6000 --tokenizer ./tokenizer
       databuild show rows.parquet --row 12 --color always | less -R
       databuild show rows.parquet --row 3 --config configs/mine.yaml
+      databuild show build/my-dpo.parquet --row 5
     """
+    from .views.show_pair import preference_kind, show_pair
+
+    ansi = color == "always" or (color == "auto" and sys.stdout.isatty())
+    if preference_kind(parquet) is not None:  # a preference row file: the pair, its shared prompt marked
+        click.echo(show_pair(parquet, row, name_or_dir, target=(lambda s: _ANSI_TARGET + s + _ANSI_RESET) if ansi
+                             else (lambda s: f"[[{s}]]"), marker=(lambda s: _ANSI_MARKER + s + _ANSI_RESET) if ansi
+                             else (lambda s: s)), color=ansi)
+        return
     from .publish.manifest_read import manifest_beside
     from .inputs.tokenizer import tokenizer_dir
     from .encode.render import load_tokenizer
@@ -71,7 +83,6 @@ def show(parquet, row, name_or_dir, config, color):
     marked = marks.of_row(target)
     parts = spans(target, marked)
     texts = decode_spans(tokenizer, target, parts)
-    ansi = color == "always" or (color == "auto" and sys.stdout.isatty())
     if ansi:
         body = compose(target, parts, texts, target=lambda s: _ANSI_TARGET + s + _ANSI_RESET,
                        marker=lambda s: _ANSI_MARKER + s + _ANSI_RESET, region=_ansi_region, marked=marked)
