@@ -1,15 +1,22 @@
-"""The preference export's cut (databuild/export/preference.py), on hand-made native rows: a
+"""The preference export. Its cut (databuild/export/preference.py), on hand-made native rows: a
 completion's untrained head joins the prompt when the pair shares it, its untrained tail is left out
 and counted, the tokens between carry their target mask (0 inside a multi-turn completion); a
-completion without a target is refused in one line naming the row, the id and the side. TRL's reading of the result is tests/test_trl_preference_run.py (optional: torch, trl)."""
+completion without a target is refused in one line naming the row, the id and the side. Through
+`databuild export` on a real preference build: every summed token a native target, checked
+independently; verify passes, with --from too, and fails closed on a planted token; a file of the
+wrong kind refused in one line. TRL's reading of it is tests/test_trl_preference_run.py (optional)."""
 
 from __future__ import annotations
 
+import json
+import shutil
+
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
+from conftest import run, verify_cli
 from databuild.errors import BuildError
-from conftest import run
 from databuild.export.preference import DPO_SCHEMA, KTO_SCHEMA, dpo_table, kto_table
 
 
@@ -73,8 +80,77 @@ def test_unpaired_rows_keep_their_label():
 def test_a_packed_sft_file_is_refused_in_one_line(tiny_build, tmp_path, to):
     result = run("export", tiny_build.parquet, "--to", to, "-o", tmp_path / "out.parquet")
     assert result.exit_code == 1
-    assert result.output.strip() == (f"error: {tiny_build.parquet}: refused: --to {to} reads a preference row file "
-                                     f"with id, prompt_input_ids, " + ("chosen_input_ids, chosen_loss_mask, rejected_input_ids, "
-                                     "rejected_loss_mask" if to == "trl-dpo" else "completion_input_ids, completion_loss_mask, "
-                                     "label") + ", and this file has no id (a packed SFT row file exports --to hf)")
+    kind = "paired" if to == "trl-dpo" else "unpaired"
+    assert result.output.strip() == (f"error: {tiny_build.parquet}: refused: --to {to} exports {kind} row files, and "
+                                     "this is a packed one: export it --to megatron-bridge or --to miles or --to hf")
+    assert list(tmp_path.iterdir()) == []
+
+
+# --- the export of a real preference build (configs/muse-spark-tiny-preference-v1.yaml) -----------------------
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    from databuild.config import resolve_config
+    from databuild.preference.build import make_preference
+
+    return make_preference(resolve_config("muse-spark-tiny-preference-v1"), tmp_path_factory.mktemp("pref"))
+
+
+@pytest.fixture(scope="module")
+def dpo_export(built, tmp_path_factory):
+    out = tmp_path_factory.mktemp("dpo") / "pairs.parquet"
+    result = run("export", built.parquet, "--to", "trl-dpo", "-o", out)
+    assert result.exit_code == 0, result.output
+    return out, result.output
+
+
+def test_every_trained_token_is_a_native_target(built, dpo_export):
+    """Independently of the cut's code: each sequence TRL scores (prompt_ids + a completion) is the native
+    prompt + completion up to its last target, and the positions the script's trainer sums over (the
+    completion's tokens where its target mask is 1) are exactly the native targets' positions."""
+    out, _ = dpo_export
+    native = pq.read_table(built.parquet).to_pylist()
+    exported = pq.read_table(out).to_pylist()
+    assert [r["id"] for r in exported] == [r["id"] for r in native] and native
+    for mine, theirs in zip(exported, native):
+        for side in ("chosen", "rejected"):
+            sequence = theirs["prompt_input_ids"] + theirs[f"{side}_input_ids"]
+            targets = [len(theirs["prompt_input_ids"]) + i for i, m in enumerate(theirs[f"{side}_loss_mask"]) if m]
+            scored = mine["prompt_ids"] + mine[f"{side}_ids"]
+            assert scored == sequence[:len(scored)]
+            mask = mine[f"{side}_target_mask"]
+            assert len(mask) == len(mine[f"{side}_ids"]) and mask[-1] == 1
+            assert [len(mine["prompt_ids"]) + i for i, m in enumerate(mask) if m] == targets
+
+
+def test_the_export_verifies_and_fails_closed(built, dpo_export, tmp_path):
+    out, output = dpo_export
+    assert "tails dropped" in output and "the trainer trains every one" in output
+    assert verify_cli(out).exit_code == 0
+    assert verify_cli(out, "--from", built.parquet).exit_code == 0
+    manifest = json.loads(out.with_name("pairs.manifest.json").read_text())
+    assert manifest["export"] == "trl-dpo" and manifest["source"]["kind"] == "paired"
+    assert manifest["source"]["rows_sha256"] == built.data["output"]["rows_sha256"]
+    assert manifest["counts"]["unrepresentable"] == {}
+    planted = tmp_path / "pairs.parquet"  # one token changed in a copy, the manifest and configs copied beside it
+    table = pq.read_table(out)
+    rows = table.to_pylist()
+    rows[3]["chosen_ids"][0] += 1
+    pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), planted)
+    for name in ("pairs.manifest.json", "pairs.dpo.yaml", "pairs.dpo.py"):
+        shutil.copy(out.with_name(name), tmp_path / name)
+    failed = verify_cli(planted)
+    assert failed.exit_code != 0
+    assert "content_sha256" in failed.output and "row 3" in failed.output
+    assert "pairs.dpo.py: differs from the configuration the export writes" in failed.output  # moved: names its path
+
+
+@pytest.mark.parametrize("to, expected", [
+    ("hf", "--to hf exports packed row files, and this is a paired one: export it --to trl-dpo"),
+    ("trl-kto", "--to trl-kto exports unpaired row files, and this is a paired one: export it --to trl-dpo"),
+])
+def test_a_preference_file_is_refused_by_other_formats(built, tmp_path, to, expected):
+    result = run("export", built.parquet, "--to", to, "-o", tmp_path / "out.parquet")
+    assert result.exit_code == 1
+    assert result.output.strip() == f"error: {built.parquet}: refused: {expected}"
     assert list(tmp_path.iterdir()) == []

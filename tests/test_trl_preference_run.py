@@ -6,7 +6,8 @@ masked and its row file writer wrote (one with a multi-turn chosen completion, a
 targets): its per-sequence log-probability sums over the chosen and
 rejected completions (its own precompute_ref_log_probs pass, TRL's collator and masking) equal sums
 computed here from the native rows alone (the prompt and completion run as one sequence,
-log-softmax, summed where the native loss mask is 1), within 1e-9 (measured: at most 1.1e-13 in float64);
+log-softmax, summed where the native loss mask is 1), within 1e-9 (measured: at most 2.3e-13 in float64); the same over the tiny preference build as make
+and export write it;
 after training steps against a frozen reference, its loss on a batch equals the DPO loss from those
 independent sums; and the written script trains on this machine as it is. KTOTrainer, likewise, over
 the pairs unpaired: its sums over each completion, and over the mismatched KL pairs its trainer builds.
@@ -24,6 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+import databuild
 from conftest import TOKENIZER_DIR
 from databuild.export.trl_preference import DpoFormat, KtoFormat
 
@@ -97,18 +99,27 @@ def native_sums(model, native: pa.Table, sides=("chosen", "rejected")) -> dict[s
                             for r in native.to_pylist()]) for side in sides}
 
 
-def exported(directory, fmt):
-    """A native file of PAIRS exported by `fmt` into `directory` (rows, arguments, script), its native rows,
-    and the script's trainer class."""
+def exported(directory, fmt, made: bool = False):
+    """Pairs exported by `fmt` into `directory` (rows, arguments, script), their native rows, and the
+    script's trainer class: PAIRS through the encode stage, or (`made`) the tiny preference build made and
+    exported by databuild's own make and export."""
     from transformers import AutoTokenizer
     from ruamel.yaml import YAML
 
     tokenizer = AutoTokenizer.from_pretrained(TOKENIZER_DIR)
-    source, native = native_file(directory, unpaired=fmt.kind == "KTO")
     kind, out = fmt.kind.lower(), directory / "pairs.parquet"
-    pq.write_table(pa.concat_tables(fmt.convert(block) for block in fmt.blocks(source)), out)
-    for name, text in fmt.trainer_config(out, 0, native.num_rows).items():
-        (directory / name).write_text(text)
+    if made:
+        from databuild.config import resolve_config
+        from databuild.preference.build import make_preference
+
+        source = make_preference(resolve_config("muse-spark-tiny-preference-v1"), directory / "build").parquet
+        databuild.export(source, fmt.name, out)
+        native = pq.read_table(source)
+    else:
+        source, native = native_file(directory, unpaired=fmt.kind == "KTO")
+        pq.write_table(pa.concat_tables(fmt.convert(block) for block in fmt.blocks(source)), out)
+        for name, text in fmt.trainer_config(out, 0, native.num_rows).items():
+            (directory / name).write_text(text)
     arguments = YAML(typ="safe", pure=True).load((directory / f"pairs.{kind}.yaml").read_text())
     script = runpy.run_path(str(directory / f"pairs.{kind}.py"), run_name=f"databuild_{kind}_script")
     return directory, out, native, tokenizer, arguments, script[f"Tokenized{fmt.kind}Trainer"]
@@ -117,6 +128,24 @@ def exported(directory, fmt):
 @pytest.fixture(scope="module")
 def export(tmp_path_factory):
     return exported(tmp_path_factory.mktemp("dpo"), DpoFormat())
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    return exported(tmp_path_factory.mktemp("made"), DpoFormat(), made=True)
+
+
+def test_dpo_trainer_sums_the_targets_of_a_made_build(made, tmp_path):
+    """The same over the tiny preference build (configs/muse-spark-tiny-preference-v1.yaml: Tulu-shaped
+    pairs, multi-turn prompts among them) as `databuild make` and `databuild export --to trl-dpo` write it."""
+    native = made[2]
+    model = tiny_llama(len(made[3]))
+    trainer = trainer_over(made, model, tmp_path, precompute_ref_log_probs=True)
+    expected = native_sums(model, native)
+    for side in expected:
+        difference = np.abs(np.array(trainer.train_dataset[f"ref_{side}_logps"]) - expected[side]).max()
+        assert difference < TOLERANCE, (side, difference)
+        print(f"made {side} ({native.num_rows} pairs): max |TRL - native| = {difference:.3g}")
 
 
 def trainer_over(export, model, tmp_path, ref_model=None, config_class=None, **settings):

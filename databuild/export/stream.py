@@ -25,6 +25,8 @@ from ..rowfile.write import WRITER_OPTIONS, partial_path
 from ..utils.files import file_sha256, replace_durably
 from ..utils.versions import library_versions
 from ..verify import gather, verify
+from ..verify.preference import is_preference_file
+from .preference_source import PreferenceSummary, verified_preference
 from .content import ContentHasher
 from ..rowfile.read import RowBlock, read_blocks
 
@@ -37,6 +39,7 @@ class Format:
     name: str
     schema: pa.Schema
     convention: str
+    reads: tuple[str, ...] = ("packed",)  # the row files it exports: packed (SFT), paired or unpaired (preference)
     # What each count means, in the words `export` prints beside it: why a kind of target cannot be
     # trained in this layout, and what the padding count is.
     why: dict[str, str] = {}
@@ -84,9 +87,12 @@ class ExportResult:
     data: dict[str, Any]  # the manifest's content
 
 
-def verified_source(source: Path) -> ParquetSummary:
-    """The native file's figures, once it verifies against the manifest beside it; else one line."""
+def verified_source(source: Path) -> ParquetSummary | PreferenceSummary:
+    """The native file's figures, once it verifies against the manifest beside it; else one line. A
+    preference row file is verified by its own checks (verify/preference.py)."""
     source = Path(source)
+    if is_preference_file(source):
+        return verified_preference(source)
     try:
         expected = gather(source)
     except BuildError as exc:
@@ -99,7 +105,12 @@ def verified_source(source: Path) -> ParquetSummary:
     return report.summary
 
 
-def write_export(source: Path, fmt: Format, out: Path, summary: ParquetSummary,
+def source_kind(summary: ParquetSummary | PreferenceSummary) -> str:
+    """packed (an SFT row file), paired or unpaired (a preference row file)."""
+    return summary.kind if isinstance(summary, PreferenceSummary) else "packed"
+
+
+def write_export(source: Path, fmt: Format, out: Path, summary: ParquetSummary | PreferenceSummary,
                  validation: Path | None = None) -> ExportResult:
     """Stream `source` (already verified, `summary` its figures) into `out` through `fmt`; `validation`:
     the export of its validation file, which the trainer configuration reads as the validation input."""
@@ -154,8 +165,7 @@ def export_manifest(fmt: Format, source: Path, summary: ParquetSummary, out: Pat
         "format": FORMAT,
         "export": fmt.name,
         "convention": fmt.convention,
-        "source": {
-            "file": Path(source).name,
+        "source": {"file": Path(source).name, **(summary.record() if isinstance(summary, PreferenceSummary) else {
             "rows_sha256": summary.rows_sha256,
             "segments_sha256": summary.segments_sha256,
             "parquet_sha256": summary.parquet_sha256,
@@ -163,7 +173,7 @@ def export_manifest(fmt: Format, source: Path, summary: ParquetSummary, out: Pat
             "rows": summary.rows,
             "row_tokens": summary.row_tokens,
             "targets": summary.supervised_tokens,
-        },
+        })},
         "output": {
             "file": out.name,
             "sha256": digest,

@@ -22,7 +22,6 @@ from typing import Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..errors import BuildError
 from .preference import DPO_SCHEMA, KTO_SCHEMA, ID, LABEL, PROMPT, SIDES, dpo_table, kto_table
 from .recipe_text import absolute, yaml_text
 from .stream import Format, export_stem
@@ -46,12 +45,8 @@ class PreferenceFormat(Format):
         self.tail_dropped = 0
 
     def blocks(self, source: Path) -> Iterator[tuple[int, pa.Table, str]]:
+        """The file is verified, and of this format's kind (export checks both), before this is called."""
         parquet, first = pq.ParquetFile(source), 0
-        missing = [name for name in self.native if name not in parquet.schema_arrow.names]
-        if missing:
-            raise BuildError(f"{source}: refused: --to {self.name} reads a preference row file with "
-                             f"{', '.join(self.native)}, and this file has no {missing[0]} (a packed SFT row file "
-                             "exports --to hf)")
         for group in range(parquet.metadata.num_row_groups):
             table = parquet.read_row_group(group, columns=list(self.native))
             yield first, table, Path(source).name
@@ -80,7 +75,7 @@ class PreferenceFormat(Format):
 
 
 class DpoFormat(PreferenceFormat):
-    name, kind, schema = "trl-dpo", "DPO", DPO_SCHEMA
+    name, kind, schema, reads = "trl-dpo", "DPO", DPO_SCHEMA, ("paired",)
     columns = ("prompt_ids", "chosen_ids", "rejected_ids", "chosen_target_mask", "rejected_target_mask")
     native = (ID, PROMPT, *SIDES["chosen"], *SIDES["rejected"])
     convention = ("TRL DPOTrainer, tokenized: prompt_ids (shared by the pair), chosen_ids and rejected_ids up to their "
@@ -90,7 +85,7 @@ class DpoFormat(PreferenceFormat):
 
 
 class KtoFormat(PreferenceFormat):
-    name, kind, schema = "trl-kto", "KTO", KTO_SCHEMA
+    name, kind, schema, reads = "trl-kto", "KTO", KTO_SCHEMA, ("unpaired",)
     columns = ("prompt_ids", "completion_ids", "label", "completion_target_mask")
     native = (ID, PROMPT, *SIDES["completion"], LABEL)
     convention = ("TRL KTOTrainer, tokenized: prompt_ids, completion_ids up to its last target, label, "
