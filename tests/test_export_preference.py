@@ -4,7 +4,7 @@ and counted, the tokens between carry their target mask (0 inside a multi-turn c
 completion without a target is refused in one line naming the row, the id and the side. Through
 `databuild export` on a real preference build: every summed token a native target, checked
 independently; verify passes, with --from too, and fails closed on a planted token; a file of the
-wrong kind refused in one line. TRL's reading of it is tests/test_trl_preference_run.py (optional)."""
+wrong kind refused in one line; an unpaired build through --to trl-kto likewise. TRL's reading of it is tests/test_trl_preference_run.py (optional)."""
 
 from __future__ import annotations
 
@@ -154,3 +154,35 @@ def test_a_preference_file_is_refused_by_other_formats(built, tmp_path, to, expe
     assert result.exit_code == 1
     assert result.output.strip() == f"error: {built.parquet}: refused: {expected}"
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_unpaired_build_exports_for_kto(tmp_path):
+    """KTO's shape made (JSON Lines: prompt, completion, label) and exported --to trl-kto: each row's label
+    kept, every summed token a native target, the export verified against a fresh one."""
+    from databuild.config import load_config
+    from conftest import write_config
+    from databuild.preference.build import make_preference
+
+    rows = [{"id": f"u-{k}", "prompt": [{"role": "user", "content": f"question {k}?"}],
+             "completion": [{"role": "assistant", "content": f"answer {k}" + " more" * k}], "label": k % 3 != 0}
+            for k in range(9)]
+    (tmp_path / "src" / "data").mkdir(parents=True)
+    (tmp_path / "src" / "data" / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    config = load_config(write_config(tmp_path / "kto.yaml", name="kto-test", task="preference", row_tokens=None,
+                                      prompt_tokens=80, sequence_tokens=120, rows="all", on_bad_conversation="skip",
+                                      source={"dir": str(tmp_path / "src"), "repo": "local/kto", "revision": "4" * 40,
+                                              "format": "unpaired_preference", "ignore_fields": None}))
+    built = make_preference(config, tmp_path / "out")
+    out = tmp_path / "kto" / "rows.parquet"
+    result = run("export", built.parquet, "--to", "trl-kto", "-o", out)
+    assert result.exit_code == 0, result.output
+    native, exported = pq.read_table(built.parquet).to_pylist(), pq.read_table(out).to_pylist()
+    assert len(exported) == len(native) == len(rows)
+    for mine, theirs in zip(exported, native):
+        assert mine["label"] is theirs["label"] is rows[int(theirs["id"].split("-")[1])]["label"]
+        sequence = theirs["prompt_input_ids"] + theirs["completion_input_ids"]
+        targets = [len(theirs["prompt_input_ids"]) + i for i, m in enumerate(theirs["completion_loss_mask"]) if m]
+        assert mine["prompt_ids"] + mine["completion_ids"] == sequence[:len(mine["prompt_ids"]) + len(mine["completion_ids"])]
+        assert [len(mine["prompt_ids"]) + i for i, m in enumerate(mine["completion_target_mask"]) if m] == targets
+    assert verify_cli(out, "--from", built.parquet).exit_code == 0
+    assert (tmp_path / "kto" / "rows.kto.py").exists() and (tmp_path / "kto" / "rows.kto.yaml").exists()
