@@ -90,20 +90,20 @@ def export(file: str | Path, to: str, out: str | Path) -> ExportResult:
 @_one_exception
 def load(file: str | Path) -> datasets.Dataset:
     """The rows of a row file, verified against its manifest first, as a `datasets.Dataset` in the
-    `hf` export's layout (input_ids, labels with -100 where not a target, seq_lengths). Held in
-    memory; for files larger than memory, export to hf and load that parquet with `datasets`."""
+    layout of its export: `hf` for packed rows (input_ids, labels with -100 where not a target,
+    seq_lengths), `trl-dpo` for a pair file, `trl-kto` for an unpaired one. Held in memory; for files
+    larger than memory, export and load that parquet with `datasets`."""
     import datasets
     import pyarrow as pa
 
     from .export.hf import HfFormat
-    from .rowfile.read import read_blocks
-    from .export.stream import verified_source
+    from .export.stream import source_kind, verified_source
+    from .export.trl_preference import DpoFormat, KtoFormat
 
     file = Path(file)
-    verified_source(file)
-    hf = HfFormat()
-    tables = [hf.convert(block) for block in read_blocks(file)]
-    return datasets.Dataset(pa.concat_tables(tables) if tables else hf.schema.empty_table())
+    layout = {"packed": HfFormat, "paired": DpoFormat, "unpaired": KtoFormat}[source_kind(verified_source(file))]()
+    tables = [layout.convert(block) for block in layout.blocks(file)]
+    return datasets.Dataset(pa.concat_tables(tables) if tables else layout.schema.empty_table())
 
 
 def verify_file(parquet: Path, manifest: Path | None = None, recipe: Path | None = None,

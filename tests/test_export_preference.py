@@ -186,3 +186,9 @@ def test_an_unpaired_build_exports_for_kto(tmp_path):
         assert [len(mine["prompt_ids"]) + i for i, m in enumerate(mine["completion_target_mask"]) if m] == targets
     assert verify_cli(out, "--from", built.parquet).exit_code == 0
     assert (tmp_path / "kto" / "rows.kto.py").exists() and (tmp_path / "kto" / "rows.kto.yaml").exists()
+
+
+def test_load_gives_a_preference_file_in_its_export_layout(built, dpo_export):
+    import databuild
+
+    assert databuild.load(built.parquet).to_list() == pq.read_table(dpo_export[0]).to_pylist()
