@@ -118,11 +118,19 @@ def report(parquet, output, rows, name_or_dir, config, against):
       databuild report build/muse-spark-tiny-fixed512-v1.parquet
       databuild report rows.parquet -o /tmp/rows.html --rows 3 --tokenizer ./tokenizer
       databuild report build/NAME.parquet --diff theirs/NAME.parquet
+      databuild report build/my-dpo.parquet
     """
     from .errors import BuildError
     from .views.report import render_report
+    from .views.show_pair import preference_kind
 
-    page = render_report(parquet, rows, name_or_dir, against, config)
+    if preference_kind(parquet) is not None:  # a preference row file: its own page (views/report_pair.py)
+        from .views.report_pair import render_pair_report
+        if against is not None:
+            raise BuildError("report --diff on a preference row file: run databuild diff A B instead")
+        page = render_pair_report(parquet, rows, name_or_dir)
+    else:
+        page = render_report(parquet, rows, name_or_dir, against, config)
     output = output or parquet.with_name(parquet.name.removesuffix(".parquet") + ".report.html")
     try:
         output.write_text(page, encoding="utf-8")

@@ -89,3 +89,33 @@ def test_show_prints_an_unpaired_completion_with_its_label(tmp_path_factory, tmp
         pair, text = check_shown(built.parquet, tokenizer, row)
         label = "desirable (label True)" if pair.label else "undesirable (label False)"
         assert f"targets, {label}" in text and "unpaired completion" in text and "⟦chosen⟧" not in text
+
+
+def test_report_on_a_preference_file_has_its_funnel_lengths_and_pairs(paired, tmp_path):
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+    from html.parser import HTMLParser
+
+    made = run("report", paired.parquet, "-o", tmp_path / "r.html", "--rows", 2)
+    assert made.exit_code == 0, made.output
+    page = (tmp_path / "r.html").read_text()
+    HTMLParser().feed(page)
+    assert "http://" not in page.replace("http://www.w3.org/2000/svg", "") and "https://" not in page
+    counts = paired.data["counts"]
+    for group, what in (("pairs_refused", "refused"), ("pairs_dropped", "dropped")):
+        for kind, n in counts[group].items():
+            assert (f"{what}: {kind.replace('_', ' ')}" in page) == bool(n), kind
+    table = pq.read_table(paired.parquet)
+    chosen = pc.list_value_length(table.column("chosen_input_ids")).to_numpy()
+    rejected = pc.list_value_length(table.column("rejected_input_ids")).to_numpy()
+    data = json.loads(re.search(r'id="pair-lengths">(.*?)</script>', page).group(1))
+    assert data["chosen"] == chosen.tolist() and data["rejected"] == rejected.tolist()
+    assert data["prompt"] == pc.list_value_length(table.column("prompt_input_ids")).to_numpy().tolist()
+    assert f"chosen longer in {int((chosen > rejected).sum()):,} pairs" in page
+    assert page.count("<details") == 2 and page.count("⟦prompt⟧") == 2 and "&lt;|start|&gt;" in page
+    assert "<|start|>" not in page
+
+
+def test_report_diff_on_a_preference_file_points_at_diff(paired, tmp_path):
+    made = run("report", paired.parquet, "-o", tmp_path / "r.html", "--diff", paired.parquet)
+    assert made.exit_code == 1 and "run databuild diff A B instead" in made.output

@@ -62,9 +62,10 @@ def completion_pieces(tokenizer, prompt: np.ndarray, ids: np.ndarray, mask: np.n
 
 
 def compose_pair(pair: StoredPair, total: int, tokenizer, path: Path, *, target: Callable[[str], str],
-                 marker: Callable[[str], str]) -> str:
+                 marker: Callable[[str], str], escape: Callable[[str], str] = lambda s: s) -> str:
     """The row as text: a header, ⟦prompt⟧ and its text, then ⟦chosen⟧ and ⟦rejected⟧ (or ⟦completion⟧ with
-    its label) and theirs, targets wrapped by `target`, the ⟦…⟧ lines by `marker`."""
+    its label) and theirs, targets wrapped by `target`, the ⟦…⟧ lines by `marker`, every text (a target's
+    included, before it is wrapped) through `escape` (the report's HTML)."""
     for ids in (pair.prompt_ids, *pair.completion_ids):
         check_token_ids(ids, pair.row, max(len(ids), 1), path, len(tokenizer),
                         f"the {len(tokenizer):,} ids of the tokenizer it is decoded with")
@@ -72,16 +73,16 @@ def compose_pair(pair: StoredPair, total: int, tokenizer, path: Path, *, target:
     sides = []
     for name, ids, mask in zip(names, pair.completion_ids, pair.completion_masks):
         label = "" if pair.label is None else f", {'desirable' if pair.label else 'undesirable'} (label {pair.label})"
-        text = "".join(target(t) if is_target else t for t, is_target in
+        text = "".join(target(escape(t)) if is_target else escape(t) for t, is_target in
                        completion_pieces(tokenizer, pair.prompt_ids, ids, mask))
-        sides.append(marker(f"⟦{name}⟧ {len(ids):,} tokens after the prompt, {int(mask.sum()):,} targets{label}")
+        sides.append(marker(escape(f"⟦{name}⟧ {len(ids):,} tokens after the prompt, {int(mask.sum()):,} targets{label}"))
                      + f"\n{text}\n")
-    prompt = tokenizer.decode(pair.prompt_ids.tolist(), **OPTIONS)
+    prompt = escape(tokenizer.decode(pair.prompt_ids.tolist(), **OPTIONS))
     shared = "shared by both completions" if len(names) == 2 else "the completion's context"
     header = (f"row {pair.row} of {total}: {'pair' if len(names) == 2 else 'unpaired completion'} "
               f"{pair.id!r}, prompt {len(pair.prompt_ids):,} tokens")
-    return (f"{header}\n" + marker(f"⟦prompt⟧ {len(pair.prompt_ids):,} tokens, rendered once, {shared}")
-            + f"\n{prompt}\n" + "".join(sides) + header)
+    return (f"{escape(header)}\n" + marker(escape(f"⟦prompt⟧ {len(pair.prompt_ids):,} tokens, rendered once, {shared}"))
+            + f"\n{prompt}\n" + "".join(sides) + escape(header))
 
 
 def preference_manifest(path: Path) -> dict | None:
