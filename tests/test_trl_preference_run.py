@@ -9,7 +9,7 @@ computed here from the native rows alone (the prompt and completion run as one s
 log-softmax, summed where the native loss mask is 1), within 1e-9 (measured: at most 2.3e-13 in float64); the same over the tiny preference build as make
 and export write it;
 after training steps against a frozen reference, its loss on a batch equals the DPO loss from those
-independent sums; and the written script trains on this machine as it is. KTOTrainer, likewise, over
+independent sums; and the written scripts (DPO and KTO) train on this machine as they are. KTOTrainer, likewise, over
 the pairs unpaired: its sums over each completion, and over the mismatched KL pairs its trainer builds.
 """
 
@@ -209,14 +209,17 @@ def test_dpo_loss_after_training_equals_the_native_loss(export, tmp_path):
     assert abs(loss - expected) < TOLERANCE, (loss, expected)
 
 
-def test_the_dpo_script_runs_here_as_written(export, tmp_path):
-    directory, out, native, tokenizer, arguments, trainer_class = export
+@pytest.mark.parametrize("fmt", [DpoFormat, KtoFormat])
+def test_the_script_runs_here_as_written(tmp_path, fmt):
+    """The written script, on a model saved here, trains two steps: bf16 only where the machine has it,
+    DPOConfig / KTOConfig arguments after OUTPUT_DIR replacing its defaults."""
+    directory, out, native, tokenizer, arguments, trainer_class = exported(tmp_path, fmt())
     model_dir = tmp_path / "model"
     tiny_llama(len(tokenizer), torch.float32).save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
-    ran = subprocess.run([sys.executable, str(directory / "pairs.dpo.py"), str(model_dir), str(tmp_path / "run"),
-                          "--max_steps", "2", "--report_to", "none", "--save_strategy", "no", "--logging_steps", "1",
-                          "--per_device_train_batch_size", "2"], capture_output=True, text=True)
+    ran = subprocess.run([sys.executable, str(directory / f"pairs.{fmt.kind.lower()}.py"), str(model_dir),
+                          str(tmp_path / "run"), "--max_steps", "2", "--report_to", "none", "--save_strategy", "no",
+                          "--logging_steps", "1", "--per_device_train_batch_size", "2"], capture_output=True, text=True)
     assert ran.returncode == 0, ran.stderr[-3000:]
     assert ran.stdout.splitlines()[0].startswith("bf16 ")
     assert "'train_loss'" in ran.stdout + ran.stderr
