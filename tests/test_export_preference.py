@@ -192,3 +192,14 @@ def test_load_gives_a_preference_file_in_its_export_layout(built, dpo_export):
     import databuild
 
     assert databuild.load(built.parquet).to_list() == pq.read_table(dpo_export[0]).to_pylist()
+
+
+def test_native_pins_are_checked_on_the_preference_source(built, dpo_export):
+    """--rows-sha256 and --parquet-sha256 with --from are checked on the preference file; a pin of a figure it
+    has not (--segments-sha256) fails, never goes unchecked."""
+    out, rows_sha256 = dpo_export[0], built.data["output"]["rows_sha256"]
+    assert verify_cli(out, "--from", built.parquet, "--rows-sha256", rows_sha256).exit_code == 0
+    wrong = verify_cli(out, "--from", built.parquet, "--parquet-sha256", "0" * 64)
+    assert wrong.exit_code != 0 and f"parquet_sha256: expected {'0' * 64}, found" in wrong.output
+    segments = verify_cli(out, "--from", built.parquet, "--segments-sha256", "0" * 64)
+    assert segments.exit_code != 0 and "not checked: a preference row file has no such figure" in segments.output

@@ -5,8 +5,8 @@ does not change it).
 Each row contributes its columns in schema order (a struct's fields in order, in place of the
 struct): a list of integers as its length (<u4) then its values, little-endian, at the column's
 width; a list of strings as its length (<u4) then each string; a string as its UTF-8 length (<u4)
-then its bytes; a bool as one byte, 1 or 0. content_sha256 is the SHA-256 of all rows' bytes in order; row_digests holds the
-first 16 hex digits of each row's own SHA-256.
+then its bytes; a bool as one byte, 1 or 0. content_sha256 is the SHA-256 of all rows' bytes in
+order; row_digests holds the first 16 hex digits of each row's own SHA-256.
 """
 
 from __future__ import annotations
