@@ -180,6 +180,12 @@ def _make(prepared: Prepared, final: Path, encode: Encoding, batch_size: int, pr
         except BaseException:
             partial.unlink(missing_ok=True)
             raise
+    return published(partial, final, manifest, started)
+
+
+def published(partial: Path, final: Path, manifest: dict[str, Any], started: float) -> BuildResult:
+    """The finished file renamed to its final name, its old manifest removed first and the new one written
+    last: a build is complete exactly when its manifest exists."""
     manifest_file = manifest_path(final)
     manifest_file.unlink(missing_ok=True)
     publish(partial, final)

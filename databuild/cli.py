@@ -140,12 +140,7 @@ def make(name, out_dir, offline, dataset_dir, tokenizer_dir, workers, batch_size
                       executor=executor, ray_address=ray_address)
     s = result.data["output"]
     skipped = result.data["counts"]["rows_skipped"][NO_SUPERVISED_TOKEN]
-    waited = f" after waiting {result.waited:.1f} s for another make" if result.waited >= 0.05 else ""
-    if result.built is None:
-        click.echo(f"up to date{waited}: the manifest records this config's pins and settings and the file verifies "
-                   f"(checked in {result.seconds:.1f} s; nothing written; --force rebuilds)")
-    else:
-        click.echo(f"built{waited}: {result.built}\nencoded by: {result.encoding}")
+    _echo_built(result)
     click.echo(f"{result.parquet}\n"
                f"  rows                   {s['rows']} x {s['row_tokens']} tokens ({s['tokens']:,} tokens)"
                + (" (rows: all; every row the sources give)\n" if result.data["build"]["rows"] == "all" else "\n")
@@ -175,6 +170,16 @@ def make(name, out_dir, offline, dataset_dir, tokenizer_dir, workers, batch_size
         click.echo(f"  recipe                 {recipe} ({'updated' if changed else 'already up to date'})")
 
 
+def _echo_built(result) -> None:
+    """make's first lines: up to date (nothing written), or why it built and how it encoded."""
+    waited = f" after waiting {result.waited:.1f} s for another make" if result.waited >= 0.05 else ""
+    if result.built is None:
+        click.echo(f"up to date{waited}: the manifest records this config's pins and settings and the file verifies "
+                   f"(checked in {result.seconds:.1f} s; nothing written; --force rebuilds)")
+    else:
+        click.echo(f"built{waited}: {result.built}\nencoded by: {result.encoding}")
+
+
 def _make_preference(config, out_dir, force, offline, workers, batch_size, executor, recipe, repin) -> None:
     """make of a preference config (task: preference): its build, then its summary and counts."""
     from .preference.build import make_preference
@@ -183,12 +188,7 @@ def _make_preference(config, out_dir, force, offline, workers, batch_size, execu
         raise BuildError(f"--executor {executor}: a preference build runs on local processes only (--workers)")
     result = make_preference(config, out_dir, force=force, offline=offline, workers=workers, batch_size=batch_size)
     s, counts = result.data["output"], result.data["counts"]
-    waited = f" after waiting {result.waited:.1f} s for another make" if result.waited >= 0.05 else ""
-    if result.built is None:
-        click.echo(f"up to date{waited}: the manifest records this config's pins and settings and the file verifies "
-                   f"(checked in {result.seconds:.1f} s; nothing written; --force rebuilds)")
-    else:
-        click.echo(f"built{waited}: {result.built}\nencoded by: {result.encoding}")
+    _echo_built(result)
     names = ("chosen", "rejected") if s["kind"] == "paired" else ("completion",)
     left_out = {**counts["pairs_refused"], **counts["pairs_dropped"]}
     left_out = ", ".join(f"{n} {kind}" for kind, n in left_out.items() if n) or "none"

@@ -10,7 +10,7 @@ day it is written, and a manifest written before it existed lacks it, so it is r
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from .errors import BuildError
 from .publish.manifest import manifest_path
@@ -41,19 +41,22 @@ def first_difference(found: Any, expected: Any) -> str | None:
     return f"{change.key}: {old}, {'absent' if change.b is ABSENT else _show(change.b)} now"
 
 
-def stale_reason(parquet: Path, expected: dict[str, Any]) -> str | None:
-    """None when the build at `parquet` is up to date for the pinned sections `expected`; else why not."""
+def stale_reason(parquet: Path, expected: dict[str, Any], read: Callable[[Path], dict] = read_manifest,
+                 check: Callable[[Path, Path], Any] | None = None) -> str | None:
+    """None when the build at `parquet` is up to date for the pinned sections `expected`; else why not.
+    `read` reads its manifest and `check(parquet, manifest)` verifies it (a Report): by default an SFT
+    build's; a preference build gives its own (preference/build.py)."""
     manifest_file = manifest_path(parquet)
     if not manifest_file.exists():
         return "no build there yet" if not parquet.exists() else "its manifest is missing (an interrupted build)"
     try:
-        manifest = read_manifest(manifest_file)
+        manifest = read(manifest_file)
     except BuildError as exc:
         return f"its manifest is unreadable ({exc})"
     if (difference := first_difference(pinned(manifest), pinned(expected))) is not None:
         return difference
     try:
-        report = verify(parquet, gather(parquet, manifest_file))
+        report = check(parquet, manifest_file) if check else verify(parquet, gather(parquet, manifest_file))
     except BuildError as exc:
         return f"it does not verify: {exc}"
     if report.failures:

@@ -46,14 +46,19 @@ class Pinned:
 
 def pin(config: BuildConfig, offline: bool = False) -> Pinned:
     inputs = resolve_inputs(config, offline=offline)
+    tokenizer, encoder = encoder_of(config, inputs, config.train_turns)
+    return Pinned(config, inputs, packing_for(tokenizer, config), encoder)
+
+
+def encoder_of(config: BuildConfig, inputs: ResolvedInputs, train_turns: str) -> tuple:
+    """(the tokenizer, the encoder of the config's template, strategy and ends of turn), the template compiled."""
     tokenizer = load_tokenizer(inputs.tokenizer_dir)
     renderer = Renderer.for_tokenizer(tokenizer, config.template_kwargs_dict, config.chat_template_name,
                                       config.render_timeout)
     renderer.compile()
-    encoder = Encoder(tokenizer, renderer, config.loss_mask, config.end_of_turn,
-                      generation_stops(inputs.tokenizer_dir, tokenizer), config.history, config.train_turns,
-                      config.stop_tokens_in_fields)
-    return Pinned(config, inputs, packing_for(tokenizer, config), encoder)
+    return tokenizer, Encoder(tokenizer, renderer, config.loss_mask, config.end_of_turn,
+                              generation_stops(inputs.tokenizer_dir, tokenizer), config.history, train_turns,
+                              config.stop_tokens_in_fields)
 
 
 @dataclass

@@ -5,9 +5,6 @@ with its generation prompt as transformers writes it; every pair left out counte
 done."""
 
 import json
-import os
-import subprocess
-import sys
 
 import pyarrow.parquet as pq
 import pytest
@@ -16,6 +13,7 @@ from conftest import FIXTURES, REPO, TOKENIZER_DIR, write_config
 from databuild.config import load_config, resolve_config
 from databuild.errors import BuildError
 from databuild.preference.build import make_preference
+from test_build import run_cli
 
 NAME = "muse-spark-tiny-preference-v1"
 GOLDEN = json.loads((REPO / "tests" / "golden" / f"{NAME}.json").read_text())
@@ -25,11 +23,6 @@ PREFERENCE_DIR = FIXTURES / "tulu-preference-tiny"
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     return make_preference(resolve_config(NAME), tmp_path_factory.mktemp("pref"))
-
-
-def run_cli(*args, env=None, cwd=REPO):
-    return subprocess.run([sys.executable, "-m", "databuild", *args], capture_output=True, text=True, cwd=cwd,
-                          env={**os.environ, **(env or {})})
 
 
 def test_golden(built):

@@ -14,25 +14,23 @@ from itertools import islice
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..build import BuildResult, encoder_pins
-from ..current import first_difference, pinned
-from ..encode.encoder import Encoder
-from ..encode.ends import generation_stops
+from ..build import BuildResult, encoder_pins, published
+from ..current import stale_reason as current_reason
 from ..encode.preference import PairEncoder
-from ..encode.render import Renderer, load_tokenizer
 from ..errors import BuildError
 from ..executors.cores import encode_processes
 from ..executors.pairs import encode_pairs
 from ..executors.stream import batches
 from ..inputs.pins import check_unchanged
 from ..inputs.resolve import resolve_inputs
+from ..prepare import encoder_of
 from ..publish.lock import exclusive
-from ..publish.manifest import manifest_path, write_manifest
+from ..publish.manifest import manifest_path
 from ..publish.preference import DROPPED, full_manifest, pinned_manifest, read_preference_manifest
 from ..records.pair import TokenizedPair
 from ..records.problems import MALFORMED, BadConversation, on_bad_conversation, template_wide
 from ..rowfile.preference import PairFigures, write_pairs
-from ..rowfile.write import partial_path, partials, publish
+from ..rowfile.write import partial_path, partials
 from ..sources.spill_folder import remove_stale_spill_folders
 from ..utils.files import file_sha256
 from ..verify.preference import verify_preference
@@ -65,30 +63,15 @@ def kind_of(config) -> str:
 def pin_pairs(config, offline: bool = False) -> PinnedPairs:
     kind = kind_of(config)
     inputs = resolve_inputs(config, offline=offline)
-    tokenizer = load_tokenizer(inputs.tokenizer_dir)
-    renderer = Renderer.for_tokenizer(tokenizer, config.template_kwargs_dict, config.chat_template_name,
-                                      config.render_timeout)
-    renderer.compile()
-    encoder = Encoder(tokenizer, renderer, config.loss_mask, config.end_of_turn,
-                      generation_stops(inputs.tokenizer_dir, tokenizer), config.history, "flagged",
-                      config.stop_tokens_in_fields)
+    _, encoder = encoder_of(config, inputs, "flagged")  # the prompt's turns flagged off (encode/preference.py)
     return PinnedPairs(config, inputs, PairEncoder(encoder), kind,
                        pinned_manifest(config, inputs, kind, encoder_pins(encoder)))
 
 
 def stale_reason(parquet: Path, expected: dict[str, Any]) -> str | None:
     """None when the preference build at `parquet` is this one (pinned sections equal, and it verifies)."""
-    manifest_file = manifest_path(parquet)
-    if not manifest_file.exists():
-        return "no build there yet" if not parquet.exists() else "its manifest is missing (an interrupted build)"
-    try:
-        manifest = read_preference_manifest(manifest_file)
-    except BuildError as exc:
-        return f"its manifest is unreadable ({exc})"
-    if (difference := first_difference(pinned(manifest), pinned(expected))) is not None:
-        return difference
-    report, _ = verify_preference(parquet, manifest_file)
-    return f"it does not verify: {report.failures[0]}" if report.failures else None
+    return current_reason(parquet, expected, read_preference_manifest,
+                          lambda file, manifest: verify_preference(file, manifest)[0])
 
 
 def make_preference(config, out_dir: Path, *, force: bool = False, offline: bool = False, workers: int | None = None,
@@ -165,11 +148,7 @@ def _build(built: PinnedPairs, final: Path, processes: int, batch_size: int, win
     except BaseException:
         partial.unlink(missing_ok=True)
         raise
-    manifest_file = manifest_path(final)
-    manifest_file.unlink(missing_ok=True)
-    publish(partial, final)
-    write_manifest(manifest, manifest_file)
-    return BuildResult(final, manifest_file, manifest, time.perf_counter() - started)
+    return published(partial, final, manifest, started)
 
 
 def _ran_out(written: int, rows: int | None, keep: Kept) -> BuildError:

@@ -15,13 +15,19 @@ from .manifest import FORMAT, manifest_path
 
 
 def read_manifest(path: Path) -> dict[str, Any]:
+    manifest = manifest_of_format(path, FORMAT)
+    _check_shape(manifest, path)
+    return manifest
+
+
+def manifest_of_format(path: Path, expected: str) -> dict[str, Any]:
+    """A manifest's JSON, refused in one line when it cannot be read or is not of the `expected` format."""
     try:
         manifest = json_depth.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise BuildError(f"{path}: cannot read manifest: {exc}") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise BuildError(f"{path}: not a {FORMAT} manifest")
-    _check_shape(manifest, path)
+    if not isinstance(manifest, dict) or manifest.get("format") != expected:
+        raise BuildError(f"{path}: not a {expected} manifest")
     return manifest
 
 

@@ -18,7 +18,7 @@ from ..records.problems import (IDENTICAL_COMPLETIONS, MALFORMED, NO_TRAINED_TUR
                                 SKIPPED_KINDS, BadConversation)
 from ..rowfile.preference import FORMAT as ROW_FORMATS, PAIRS_PER_GROUP, PairFigures
 from ..rowfile.write import WRITER_OPTIONS
-from ..utils import json_depth
+from .manifest_read import manifest_of_format
 from ..utils.versions import library_versions
 
 FORMAT = "databuild-preference-manifest/1"
@@ -84,12 +84,7 @@ def full_manifest(pinned: dict[str, Any], config, file_name: str, figures: PairF
 
 def read_preference_manifest(path: Path) -> dict[str, Any]:
     """A preference manifest read back, its format and the fields verify reads type-checked."""
-    try:
-        manifest = json_depth.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise BuildError(f"{path}: cannot read manifest: {exc}") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise BuildError(f"{path}: not a {FORMAT} manifest")
+    manifest = manifest_of_format(path, FORMAT)
     for section, key, kind in (("output", "rows", int), ("output", "rows_sha256", str),
                                ("output", "parquet_sha256", str), ("output", "parquet_bytes", int),
                                ("output", "kind", str), ("build", "prompt_tokens", int),
