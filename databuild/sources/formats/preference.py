@@ -37,7 +37,7 @@ import pyarrow as pa
 from ...errors import quoted
 from ..tool_checks import DataRules
 from .adapter import Adapter
-from .values import Flat, is_string, python_values
+from .values import Flat, is_string, joined, one_turn, python_values
 
 PART = "databuild.part"  # the key of a column's first message that names the column (in `fields`)
 LABELS = {True: "desirable", False: "undesirable"}  # an unpaired completion's mark, by its label
@@ -98,11 +98,7 @@ class PreferenceColumns(Adapter):
             for row in np.flatnonzero(values.is_null().to_numpy(zero_copy_only=False)):
                 problems.setdefault(int(row), f"{column} is null")
             if is_string(values.type):
-                present = values.is_valid().to_numpy(zero_copy_only=False)
-                offsets = np.concatenate([[0], np.cumsum(present, dtype=np.int64)])
-                contents = values.drop_null().cast(pa.string())
-                roles = pa.array([ROLE_OF_STRING[part_name]] * len(contents), pa.string())
-                parts.append(Flat(offsets, roles, contents, pa.nulls(len(contents), pa.string()), {}))
+                parts.append(one_turn(values, ROLE_OF_STRING[part_name]))
                 continue
             part = self.flat_messages(values, self.role, self.content)
             for row, reason in part.problems.items():
@@ -112,8 +108,7 @@ class PreferenceColumns(Adapter):
             dropped.update(part.dropped)
             parts.append(part)
         marks = self.marks(batch, problems)
-        fields = []
-        for part, column_marks in zip(parts, marks):
+        for k, (part, column_marks) in enumerate(zip(parts, marks)):
             texts = python_values(part.fields)
             for row, mark in enumerate(column_marks):
                 first = int(part.offsets[row])
@@ -121,14 +116,8 @@ class PreferenceColumns(Adapter):
                     continue
                 own = texts[first]
                 texts[first] = json.dumps({PART: mark, **(json.loads(own) if own else {})}, ensure_ascii=False)
-            fields.append(pa.array(texts, pa.string()))
-        # Row by row, each column's messages in turn: a stable sort of items by row.
-        rows = np.concatenate([np.repeat(np.arange(batch.num_rows), np.diff(part.offsets)) for part in parts])
-        order = pa.array(np.argsort(rows, kind="stable"))
-        roles, contents = (pa.concat_arrays([getattr(part, name).cast(pa.string()) for part in parts]).take(order)
-                           for name in ("roles", "contents"))
-        offsets = sum(part.offsets for part in parts)
-        return Flat(offsets, roles, contents, pa.concat_arrays(fields).take(order), problems, dropped)
+            parts[k] = replace(part, fields=pa.array(texts, pa.string()))
+        return joined(parts, batch.num_rows, problems, dropped)  # each column's messages in turn
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from ..tool_checks import DataRules
 from .adapter import Adapter
-from .values import Flat, is_string
+from .values import Flat, is_string, joined, one_turn
 
 ROLE_OF_STRING = {"prompt": "user", "completion": "assistant"}
 
@@ -46,21 +46,11 @@ class PromptCompletion(Adapter):
             for row in np.flatnonzero(values.is_null().to_numpy(zero_copy_only=False)):
                 problems.setdefault(int(row), f"{column} is null")
             if is_string(values.type):
-                present = values.is_valid().to_numpy(zero_copy_only=False)
-                offsets = np.concatenate([[0], np.cumsum(present, dtype=np.int64)])
-                contents = values.drop_null().cast(pa.string())
-                roles = pa.array([ROLE_OF_STRING[column]] * len(contents), pa.string())
-                parts.append(Flat(offsets, roles, contents, pa.nulls(len(contents), pa.string()), {}))
+                parts.append(one_turn(values, ROLE_OF_STRING[column]))
             else:
                 part = self.flat_messages(values, "role", "content")
                 for row, reason in part.problems.items():
                     problems.setdefault(row, f"{column}: {reason}")
                 dropped.update(part.dropped)
                 parts.append(part)
-        # Row by row, the prompt's messages then the completion's: a stable sort of items by row.
-        prompt, completion = parts
-        rows = np.concatenate([np.repeat(np.arange(batch.num_rows), np.diff(part.offsets)) for part in parts])
-        order = pa.array(np.argsort(rows, kind="stable"))
-        roles, contents, fields = (pa.concat_arrays([getattr(prompt, name), getattr(completion, name)]).take(order)
-                                   for name in ("roles", "contents", "fields"))
-        return Flat(prompt.offsets + completion.offsets, roles, contents, fields, problems, dropped)
+        return joined(parts, batch.num_rows, problems, dropped)  # the prompt's messages, then the completion's

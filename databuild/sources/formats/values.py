@@ -68,6 +68,25 @@ class Flat:
 
 
 
+def one_turn(values: pa.Array, role: str) -> Flat:
+    """A string column as one `role` message per row holding the string (no message where it is null)."""
+    present = values.is_valid().to_numpy(zero_copy_only=False)
+    offsets = np.concatenate([[0], np.cumsum(present, dtype=np.int64)])
+    contents = values.drop_null().cast(pa.string())
+    return Flat(offsets, pa.array([role] * len(contents), pa.string()), contents, pa.nulls(len(contents), pa.string()),
+                {})
+
+
+def joined(parts: list[Flat], rows: int, problems: dict[int, str], dropped: Counter) -> Flat:
+    """Several columns' messages as one conversation per row: row by row, each part's messages in turn (a
+    stable sort of the items by row)."""
+    of_row = np.concatenate([np.repeat(np.arange(rows), np.diff(part.offsets)) for part in parts])
+    order = pa.array(np.argsort(of_row, kind="stable"))
+    roles, contents, fields = (pa.concat_arrays([getattr(part, name).cast(pa.string()) for part in parts]).take(order)
+                               for name in ("roles", "contents", "fields"))
+    return Flat(sum(part.offsets for part in parts), roles, contents, fields, problems, dropped)
+
+
 def message_fields(flat: pa.Array, roles: pa.Array, offsets: np.ndarray, carried: dict[str, str],
                    problems: dict[int, str], dropped: Counter) -> pa.Array:
     """The normalised `fields` text of each item (null where none is set): Python work only for
