@@ -34,7 +34,7 @@ def find_by_id(files: Iterable[SourceFile], ids: set[str]) -> dict[str, list[Con
                 [taken.column(c) for c in COLUMNS] + [pa.array(np.full(len(rows), -1)), pa.array(rows + offset)],
                 names=COLUMNS + ["position", "index"])])
             for conversation in conversations_of(table):
-                found.setdefault(conversation.id, []).append(conversation)
+                found.setdefault(conversation.origin.id, []).append(conversation)
             if ids <= found.keys():
                 return found
     return found
