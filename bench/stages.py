@@ -124,12 +124,13 @@ def _strategy_spans(encoder, batch, rendered) -> None:
     and proofs; for muse_spark, the placement proof): what they cost (Encoder.finish does it again;
     this stage is left out of the total)."""
     from databuild.encode.placement import MaskError
+    from databuild.encode.targets import samples
     from databuild.records.problems import Problem
 
     for conversation, item in zip(batch, rendered):
         if not isinstance(item, Problem):
             try:
-                encoder.samples(conversation, *item)
+                samples(encoder, conversation, *item)
             except MaskError:
                 pass
 

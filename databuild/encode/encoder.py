@@ -1,4 +1,6 @@
-"""Tokenize stage: render, tokenize once whole, mask, one batch at a time (`Encoder.encode_batch`).
+"""Encode stage: render, tokenize once whole, mask, one batch at a time (`Encoder.encode_batch`, or its
+three steps `render`, `tokenize` (the Rust part, which the executors overlap with the next batch's
+Python) and `finish`). What the targets of a rendered conversation are is encode/targets.py's.
 
 The rendered text is encoded the way `apply_chat_template(tokenize=True)` encodes it: without special
 tokens of the tokenizer's own (no double BOS), with the truncation and padding a tokenizer.json may
@@ -15,17 +17,14 @@ from typing import Iterable
 import numpy as np
 
 from ..errors import BuildError
-from ..encode.inference import (DEFAULT_HISTORY, HistoryRewritten, Sample, StopTokenInField, check_no_stop_in_fields,
-                                stop_pattern)
-from ..encode.masks import spans_to_mask
-from ..encode.placement import MaskError
-from ..encode.render import Renderer
-from ..encode.render_limit import RenderTimedOut
-from ..encode.strategies import strategy_for
-from ..encode.turns import DEFAULT_TRAIN_TURNS, NoTrainedTurn, selected, tagged_turns, without_flags
-from ..records.problems import (HISTORY_REWRITTEN, MASK_ERROR, NO_TRAINED_TURN, STOP_TOKEN_IN_FIELD, TEMPLATE_ERROR,
-                                Problem, shown_id)
 from ..records.conversation import Conversation, TokenizedConversation
+from ..records.problems import TEMPLATE_ERROR, Problem
+from . import targets
+from .inference import DEFAULT_HISTORY, Sample, stop_pattern
+from .render import Renderer
+from .render_limit import MACHINE_LIMITS, RenderTimedOut, machine_limit, timed_out
+from .strategies import strategy_for
+from .turns import DEFAULT_TRAIN_TURNS, without_flags
 
 
 Rendered = tuple[str, "list[tuple[int, int]] | None"]  # the text, and its generation spans when tracked
@@ -85,19 +84,19 @@ class Encoder:
             self.strategy.closings)
             if stop_tokens_in_fields == "refuse" else frozenset())
         self.special_tokens = stop_pattern(frozenset(special))  # the token after a turn, to name an undeclared end
-        self._backend = tokenizer.backend_tokenizer
+        self.backend = tokenizer.backend_tokenizer
         self.tokenizer_size = len(tokenizer)  # every token id is below it: verify checks each one against it
-        self.switched_off = switch_off_truncation_and_padding(self._backend)
+        self.switched_off = switch_off_truncation_and_padding(self.backend)
 
     def __getstate__(self):
-        state = {k: v for k, v in self.__dict__.items() if k != "_backend"}
-        return {**state, "backend_json": self._backend.to_str()}
+        state = {k: v for k, v in self.__dict__.items() if k != "backend"}
+        return {**state, "backend_json": self.backend.to_str()}
 
     def __setstate__(self, state):
         from tokenizers import Tokenizer
 
         self.__dict__.update({k: v for k, v in state.items() if k != "backend_json"})
-        self._backend = Tokenizer.from_str(state["backend_json"])
+        self.backend = Tokenizer.from_str(state["backend_json"])
 
     def render(self, batch: list[Conversation]) -> list[Rendered | Problem]:
         return [self._render(_unflagged(c)[0]) for c in batch]
@@ -112,33 +111,27 @@ class Encoder:
         except BuildError:  # the config's fault (e.g. no pinned date), not this conversation's
             raise
         except MACHINE_LIMITS as exc:
-            raise _machine_limit(conversation, exc) from None
+            raise machine_limit(conversation.origin, exc) from None
         except RenderTimedOut:
-            raise self._timed_out(conversation) from None
+            raise timed_out(conversation.origin, self.renderer.timeout) from None
         except Exception as exc:  # the template is code from the tokenizer repo; it may refuse a conversation
             return Problem(TEMPLATE_ERROR, f"the chat template raised {type(exc).__name__}: {exc}")
 
     def tokenize(self, rendered: list[Rendered | Problem]) -> list:
         """The Rust part: runs on the tokenizer's threads with the GIL released."""
-        return self._backend.encode_batch(["" if isinstance(r, Problem) else r[0] for r in rendered],
-                                          add_special_tokens=False)
-
-    def samples(self, conversation: Conversation, text: str, generation: list | None) -> list[Sample]:
-        """The samples of the strategy the config names (encode/strategies/). Under every strategy, a
-        conversation an assistant field of which spells a stop token is refused."""
-        check_no_stop_in_fields(conversation.messages, self.field_stops)
-        return self.strategy.samples(self, conversation, text, generation)
+        return self.backend.encode_batch(["" if isinstance(r, Problem) else r[0] for r in rendered],
+                                         add_special_tokens=False)
 
     def finish(self, batch: list[Conversation], rendered: list[Rendered | Problem],
                encodings: list) -> list[TokenizedConversation]:
         unflagged = [_unflagged(c) for c in batch]
         batch = [conversation for conversation, _ in unflagged]
-        found = [item if isinstance(item, Problem) else self._samples_or_problem(conversation, flags, *item)
+        found = [item if isinstance(item, Problem) else targets.chosen(self, conversation, flags, *item)
                  for (conversation, flags), item in zip(unflagged, rendered)]
         # the samples of expanded conversations, tokenized together on the Rust threads
         expanded = [s.text for chosen, item in zip(found, rendered)
                     if not isinstance(chosen, Problem) and not _own_render(chosen[0], item) for s in chosen[0]]
-        extra = iter(self._backend.encode_batch(expanded, add_special_tokens=False) if expanded else ())
+        extra = iter(self.backend.encode_batch(expanded, add_special_tokens=False) if expanded else ())
         out = []
         for conversation, chosen, item, encoding in zip(batch, found, rendered, encodings):
             if isinstance(chosen, Problem):
@@ -147,28 +140,12 @@ class Encoder:
             samples, turns_out, samples_out = chosen
             encodings_of = [encoding] if _own_render(samples, item) else [next(extra) for _ in samples]
             try:
-                tokenized = self._tokenized(conversation, samples, encodings_of)
+                tokenized = targets.tokenized(self, conversation, samples, encodings_of)
                 out.append(replace(tokenized[0], turns_not_trained=turns_out, samples_not_written=samples_out))
                 out += tokenized[1:]
             except MACHINE_LIMITS as exc:
-                raise _machine_limit(conversation, exc) from None
+                raise machine_limit(conversation.origin, exc) from None
         return out
-
-    def _samples_or_problem(self, conversation: Conversation, flags, text: str, generation: list | None):
-        """(the samples train_turns keeps, turns it leaves out, samples it leaves out), or the Problem."""
-        try:
-            samples = self.samples(conversation, text, generation)
-            messages, tools = conversation.messages, conversation.tools
-            return selected(samples, messages, self.train_turns, flags, lambda sample: sample.turns or tagged_turns(
-                messages, sample.spans, sample.text, self.renderer.render, tools))
-        except NoTrainedTurn as exc:
-            return Problem(NO_TRAINED_TURN, str(exc))
-        except MaskError as exc:
-            return Problem(_KINDS.get(type(exc), MASK_ERROR), str(exc), exc.fix)
-        except MACHINE_LIMITS as exc:
-            raise _machine_limit(conversation, exc) from None
-        except RenderTimedOut:
-            raise self._timed_out(conversation) from None
 
     def kept_samples(self, conversation: Conversation) -> list[Sample] | Problem:
         """The samples encode_batch tokenizes for one conversation (its parts, in order), or its Problem:
@@ -177,80 +154,12 @@ class Encoder:
         item = self._render(conversation)
         if isinstance(item, Problem):
             return item
-        chosen = self._samples_or_problem(conversation, flags, *item)
+        chosen = targets.chosen(self, conversation, flags, *item)
         return chosen if isinstance(chosen, Problem) else chosen[0]
-
-    def _timed_out(self, conversation: Conversation) -> RenderTooLong:
-        origin = conversation.origin
-        return RenderTooLong(f"conversation {shown_id(origin.id)} (source row {origin.index}): a render of "
-                             f"it took longer than {self.renderer.timeout:g} s (render_timeout), which a render that "
-                             f"ends does not; if this template is only slow, raise render_timeout in the config or "
-                             f"--render-timeout; nothing was written")
-
-    def _tokenized(self, conversation: Conversation, samples: list[Sample],
-                   encodings: list) -> list[TokenizedConversation]:
-        empty = sum(1 for m in conversation.messages if m.get("role") == "assistant" and m.get("content") == "")
-        out = []
-        for part, (sample, encoding) in enumerate(zip(samples, encodings)):
-            ids = np.fromiter(encoding.ids, dtype=np.int32, count=len(encoding))
-            spans, differ = (list(sample.spans), 0) if sample.declared else self._turn_spans(sample, encoding, ids)
-            out.append(TokenizedConversation(conversation.origin, ids, spans_to_mask(spans, encoding, len(ids)),
-                                             empty_assistant_turns=0 if part else empty,
-                                             unclosed_turns=sample.unclosed, prompt_tokens_differ=differ,
-                                             part=part, parts=len(samples)))
-        return out
-
-    def _turn_spans(self, sample: Sample, encoding, ids: np.ndarray) -> tuple[list[tuple[int, int]], int]:
-        """The spans of inferred turns in token terms, and how many turns' prompts tokenize otherwise.
-
-        At inference the prompt is tokenized alone; its tokens should be the sample's first tokens, and the
-        target starts with the next one. Where the prompt ends inside a special token that takes the
-        whitespace after it (Phi-3's `<|assistant|>` with rstrip), the prompt alone ends with that token
-        too: the target starts after it. Where the prompt's tokens are not the sample's first (its last
-        token and the answer's first merge: Qwen3.5's `<think>\n` before `\n</think>`), the tokens
-        overlapping the turn's characters are targets, as for any span, and the turn is counted. Special
-        tokens cut a text into pieces tokenized independently, so the prompt's tokens are the sample's
-        through its last special token, and only the text after that one is encoded again."""
-        spans, differ = [], 0
-        for start, end in sample.spans:
-            first = encoding.char_to_token(start)
-            if first is not None:
-                token_start, token_end = encoding.token_to_chars(first)
-                if token_start < start and ids[first] in self.special_ids and not sample.text[start:token_end].strip():
-                    spans.append((token_end, end))
-                    continue
-                last_special = next((k for k in range(first - 1, -1, -1) if ids[k] in self.special_ids), -1)
-                cut = encoding.token_to_chars(last_special)[1] if last_special >= 0 else 0
-                tail = self._backend.encode(sample.text[cut:start], add_special_tokens=False).ids if cut < start else []
-                if token_start == start and ids[last_special + 1:first].tolist() == tail:
-                    spans.append((start, end))
-                    continue
-            spans.append((start, end))
-            differ += 1
-        return spans, differ
 
     def encode_batch(self, batch: list[Conversation]) -> list[TokenizedConversation]:
         rendered = self.render(batch)
         return self.finish(batch, rendered, self.tokenize(rendered))
-
-
-# Where these strike depends on the thread's stack depth and the machine's memory, not on the
-# conversation alone: counting the conversation as bad would let the workers change the output.
-MACHINE_LIMITS = (RecursionError, MemoryError)
-
-
-class RenderTooLong(BuildError):
-    """A render ran past the config's render_timeout: a limit of the machine's time, like MACHINE_LIMITS; the
-    build stops (a conversation skipped for it would make the rows depend on the machine's speed)."""
-
-
-def _machine_limit(conversation: Conversation, exc: BaseException) -> BuildError:
-    origin = conversation.origin
-    return BuildError(f"conversation {shown_id(origin.id)} (source row {origin.index}): rendering it hit a "
-                      f"{type(exc).__name__}, a limit of this machine, not of the conversation; nothing was written")
-
-
-_KINDS = {StopTokenInField: STOP_TOKEN_IN_FIELD, HistoryRewritten: HISTORY_REWRITTEN}
 
 
 def _unflagged(conversation: Conversation) -> tuple[Conversation, tuple[bool | None, ...] | None]:

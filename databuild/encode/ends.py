@@ -60,7 +60,7 @@ def probe_problem(encoder) -> tuple[str, str | None] | None:
 
     if encoder.loss_mask != "assistant" or all(encoder.renderer.tagged.values()):
         return None
-    from .encoder import RenderTooLong
+    from .render_limit import RenderTooLong
 
     try:
         out = encoder.encode_batch([Conversation(Origin(0, 0, "probe", "probe"), PROBE)])[0]

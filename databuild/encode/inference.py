@@ -27,7 +27,7 @@ message writes it.
   conversation or expands it into one sample per turn (R of the turn, only that turn supervised).
 - A stop token spelled inside any string of an assistant message (content, reasoning, tool calls)
   means the model would have stopped there: the conversation is refused (the encoder runs the same
-  check under every strategy first, with every token the model stops at: encoder.py).
+  check under every strategy first, with every token the model stops at: targets.py).
 - A tool call (its function name) or a reasoning trace (stripped) that the turn's target does not
   hold: the template drops it, and the model would be trained to answer without it: refused.
 """

@@ -27,8 +27,8 @@ from ..records.origin import Origin
 from ..records.pair import (NO_TARGET, PROMPT_LAST_ROLE, PROMPT_NOT_PREFIX, PROMPT_TOKENS_NOT_PREFIX,
                             TARGET_IN_PROMPT, COMPLETION_NAMES, TokenizedPair, unbuilt)
 from ..records.problems import HISTORY_REWRITTEN, TEMPLATE_ERROR, Problem
-from .encoder import MACHINE_LIMITS, Encoder
-from .render_limit import RenderTimedOut
+from .encoder import Encoder
+from .render_limit import MACHINE_LIMITS, RenderTimedOut
 from .turns import TRAIN_FIELD
 
 PROMPT_LAST_ROLES = ("user", "tool")  # TRL adds the generation prompt after these

@@ -1,6 +1,7 @@
 """Render stage: the wall-clock limit of one render, RenderTimedOut raised in the render's own Python code
 (a SIGALRM on a process's main thread; on any other thread, a watchdog timer that sets it as the thread's
-asynchronous exception), so that a template that never ends stops the build in one line, never hangs it.
+asynchronous exception), so that a template that never ends stops the build in one line, never hangs it;
+and the limits of the machine a render may hit (MACHINE_LIMITS), which stop the build too.
 
 Where renders run: every executor renders on a main thread (the build's process, with the tokenizer's
 work alone on a helper thread: executors/stream.py; each worker process; each Ray actor, whose methods a
@@ -15,6 +16,10 @@ import signal
 import threading
 from contextlib import contextmanager
 
+from ..errors import BuildError
+from ..records.origin import Origin
+from ..records.problems import shown_id
+
 # A render of a normal template takes milliseconds; one that does not end in a minute will not end (nested loops
 # of range(100000): Jinja's sandbox bounds each range, not their product).
 DEFAULT_RENDER_TIMEOUT = 60.0
@@ -23,6 +28,28 @@ DEFAULT_RENDER_TIMEOUT = 60.0
 class RenderTimedOut(BaseException):
     """A render ran past the time limit. A BaseException, as KeyboardInterrupt is: no `except Exception` of
     the template's helpers or of the mask's code may take it for the conversation's own error."""
+
+
+# Where these strike depends on the thread's stack depth and the machine's memory, not on the
+# conversation alone: counting the conversation as bad would let the workers change the output.
+MACHINE_LIMITS = (RecursionError, MemoryError)
+
+
+class RenderTooLong(BuildError):
+    """A render ran past the config's render_timeout: a limit of the machine's time, like MACHINE_LIMITS; the
+    build stops (a conversation skipped for it would make the rows depend on the machine's speed)."""
+
+
+def timed_out(origin: Origin, timeout: float) -> RenderTooLong:
+    return RenderTooLong(f"conversation {shown_id(origin.id)} (source row {origin.index}): a render of "
+                         f"it took longer than {timeout:g} s (render_timeout), which a render that "
+                         f"ends does not; if this template is only slow, raise render_timeout in the config or "
+                         f"--render-timeout; nothing was written")
+
+
+def machine_limit(origin: Origin, exc: BaseException) -> BuildError:
+    return BuildError(f"conversation {shown_id(origin.id)} (source row {origin.index}): rendering it hit a "
+                      f"{type(exc).__name__}, a limit of this machine, not of the conversation; nothing was written")
 
 
 _armed = False  # whether a SIGALRM now is a render's time running out (and not one that ended just before)
