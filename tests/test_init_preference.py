@@ -81,3 +81,25 @@ def test_init_refuses_what_it_cannot_write(tmp_path, sources, lengths, needle):
     made = init(tmp_path, *given, lengths=lengths)
     assert made.exit_code == 1 and needle in made.output, made.output
     assert "Traceback" not in made.output and not (tmp_path / "pref.yaml").exists()
+
+
+def test_init_reads_the_ultrafeedback_binarized_columns_as_an_implicit_prompt(tmp_path):
+    """HuggingFaceH4/ultrafeedback_binarized's columns (its card's dataset_info): prompt (a string), prompt_id,
+    chosen and rejected (whole conversations), messages (the chosen one again), score_chosen, score_rejected.
+    A pair, implicit: the columns it does not read written to ignore_fields, never taken as an SFT source
+    (its `messages` column alone would fit the messages format)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    row = {"prompt": "q", "prompt_id": "p0", "chosen": [USER, ANSWER], "rejected": [USER, OTHER],
+           "messages": [USER, ANSWER], "score_chosen": 8.0, "score_rejected": 5.5}
+    (tmp_path / "uf" / "data").mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist([row, {**row, "prompt_id": "p1"}]),
+                   tmp_path / "uf" / "data" / "train_prefs-00000-of-00001.parquet")
+    made = run("init", "uf", "--tokenizer", TOKENIZER_DIR, "--source", tmp_path / "uf", "--split", "train_prefs",
+               "--rows", "all", *LENGTHS, "--loss-mask", "muse_spark", "--current-date", "2026-10-01",
+               "-o", tmp_path / "uf.yaml")
+    assert made.exit_code == 0, made.output
+    (source,) = load_config(tmp_path / "uf.yaml").sources
+    assert source.format == "preference_implicit"
+    assert set(source.ignore_fields) == {"prompt", "prompt_id", "messages", "score_chosen", "score_rejected"}

@@ -319,3 +319,14 @@ def test_ignore_fields_may_not_name_a_mapped_column(tmp_path):
     with pytest.raises(BuildError, match="ignore_fields.*'worse'.*cannot build without it"):
         load_config(write_config(tmp_path / "c.yaml", source={"dir": str(PREFERENCE_DIR), "format": {
             "preference": "implicit", "chosen": "better", "rejected": "worse"}, "ignore_fields": ["worse"]}))
+
+
+def test_the_records_do_not_depend_on_the_spill_window_or_threads(tmp_path, monkeypatch):
+    config = load_config(write_config(tmp_path / "c.yaml", source=IMPLICIT, on_bad_conversation="skip"))
+    seen = []
+    for window, cores in ((3, "1"), (7, "4"), (8192, "2")):
+        monkeypatch.setenv("DATABUILD_CORES", cores)
+        with preference_stream(config, resolve_inputs(config), window) as stream:
+            seen.append([(r.origin, r.prompt, r.completions, r.label, r.tools, r.problem) for r in stream.records()])
+            assert stream.spill.passes == 1
+    assert seen[0] == seen[1] == seen[2] and len(seen[0]) == len(ROWS)
