@@ -132,8 +132,8 @@ def verify_file(parquet: Path, manifest: Path | None = None, recipe: Path | None
     from .verify.preference import is_preference_file, refuse_options, verify_preference
 
     if is_preference_file(parquet):
-        refuse_options(parquet, recipe=recipe, segments_sha256=segments_sha256)
-        report, checked = verify_preference(parquet, manifest, rows_sha256, parquet_sha256)
+        refuse_options(parquet, segments_sha256=segments_sha256)
+        report, checked = verify_preference(parquet, manifest, rows_sha256, parquet_sha256, recipe)
         return report, checked, None
     expected = gather(parquet, manifest, recipe, rows_sha256, parquet_sha256, segments_sha256)
     report = verify(parquet, expected)

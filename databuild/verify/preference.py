@@ -28,11 +28,15 @@ def is_preference_file(parquet: Path) -> bool:
 
 
 def verify_preference(parquet: Path, manifest: Path | None = None, rows_sha256: str | None = None,
-                      parquet_sha256: str | None = None) -> tuple[Report, str]:
-    """The report, and what was checked, in words."""
+                      parquet_sha256: str | None = None, recipe: Path | None = None) -> tuple[Report, str]:
+    """The report, and what was checked, in words: against the manifest (given, else the one beside the
+    file, if any), the hashes given, and a recipe's workload.dataset block."""
+    given = manifest is not None
     manifest = manifest or manifest_path(parquet)
     expected: dict = {}
     checked = []
+    if given and not manifest.exists():
+        raise UsageError(f"{manifest}: no such manifest")
     if manifest.exists():
         data = read_preference_manifest(manifest)
         expected = {**{f"output.{k}": v for k, v in data["output"].items() if k != "file"}}
@@ -40,11 +44,14 @@ def verify_preference(parquet: Path, manifest: Path | None = None, rows_sha256: 
         below = data["inputs"]["tokenizer"].get("size")
         digests = data["row_digests"]
         checked.append(f"the manifest {manifest.name}")
-    elif rows_sha256 is None and parquet_sha256 is None:
-        raise UsageError(f"{parquet}: no manifest beside it ({manifest.name}) and no --rows-sha256 or "
-                         "--parquet-sha256 given: nothing to check it against")
+    elif rows_sha256 is None and parquet_sha256 is None and recipe is None:
+        raise UsageError(f"{parquet}: no manifest beside it ({manifest.name}) and no --rows-sha256, "
+                         "--parquet-sha256 or --recipe given: nothing to check it against")
     else:
         limits, below, digests = (None, None), None, None
+    if recipe is not None:
+        expected |= recipe_expectations(recipe)
+        checked.append(f"the recipe {recipe.name}")
     for field, value in (("output.rows_sha256", rows_sha256), ("output.parquet_sha256", parquet_sha256)):
         if value is not None:
             expected[field] = value
@@ -72,3 +79,26 @@ def refuse_options(parquet: Path, **given) -> None:
         if value is not None:
             raise UsageError(f"{parquet}: --{name.replace('_', '-')} does not apply to a preference row file")
 
+
+
+# workload.dataset keys (publish/preference.py's recipe_values) and the output figures they pin
+RECIPE_PINS = {("rows_sha256",): "output.rows_sha256", ("build", "rows"): "output.rows",
+               ("build", "parquet_sha256"): "output.parquet_sha256", ("build", "parquet_bytes"): "output.parquet_bytes",
+               ("build", "kind"): "output.kind"}
+
+
+def recipe_expectations(recipe: Path) -> dict:
+    """What a recipe's workload.dataset block pins of a preference file; one without rows_sha256 is refused."""
+    from ..publish.recipe import read_dataset_block
+
+    block = read_dataset_block(recipe)
+    if block.get("rows_sha256") is None:
+        raise UsageError(f"{recipe}: workload.dataset pins no rows_sha256: nothing to check the file against")
+    found = {}
+    for path, field in RECIPE_PINS.items():
+        value = block
+        for key in path:
+            value = value.get(key) if isinstance(value, dict) else None
+        if value is not None:
+            found[field] = value
+    return found
