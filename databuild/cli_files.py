@@ -32,14 +32,23 @@ def echo_funnel(manifest: dict | None) -> None:
 @one_line_errors
 def hash_command(parquet):
     """Print the pinned figures of a row file, computed from the file alone; then, from the manifest
-    beside it, where every source row went (the funnel).
+    beside it, where every source row went (the funnel). A preference row file: its rows, rows_sha256,
+    tokens and targets of each side, parquet_sha256 and bytes.
 
     \b
     Example:
       databuild hash build/muse-spark-tiny-fixed512-v1.parquet
     """
     from .rowfile.hashes import hash_parquet
+    from .verify.preference import is_preference_file
 
+    if is_preference_file(parquet):  # a preference row file: its own figures (rowfile/preference.py)
+        from .rowfile.preference import figures_of
+
+        figures, digest, size = figures_of(parquet)
+        for key, value in {**figures.record(), "parquet_sha256": digest, "parquet_bytes": size}.items():
+            click.echo(f"{key:<27}{value}")
+        return
     summary = hash_parquet(parquet)
     for key in ("rows_sha256", "segments_sha256", "parquet_sha256", "parquet_bytes", "rows", "row_tokens",
                 "padding_tokens"):

@@ -124,3 +124,15 @@ def test_exit_codes_for_usage_and_unreadable_files(copied, built):
     assert verify_cli(copied, "--segments-sha256", "0" * 64).exit_code == 2
     copied.write_bytes(copied.read_bytes()[:100])
     assert verify_cli(copied, "--rows-sha256", rows_sha256).exit_code in (1, 3)
+
+
+def test_hash_prints_the_figures_from_the_file_alone(copied, built):
+    from conftest import run
+
+    copied.with_name(built.manifest.name).unlink()
+    result = run("hash", copied)
+    assert result.exit_code == 0, result.output
+    lines = dict(line.split(None, 1) for line in result.output.splitlines())
+    output = built.data["output"]
+    for key in ("rows_sha256", "parquet_sha256", "parquet_bytes", "rows", "chosen_supervised_tokens", "kind"):
+        assert lines[key] == str(output[key]), key
