@@ -20,6 +20,7 @@ from ..errors import BuildError
 from ..records.conversation import Conversation, TokenizedConversation
 from ..records.problems import TEMPLATE_ERROR, Problem
 from . import targets
+from .ends import end_of_turn_tokens
 from .inference import DEFAULT_HISTORY, Sample, stop_pattern
 from .render import Renderer
 from .render_limit import MACHINE_LIMITS, RenderTimedOut, machine_limit, timed_out
@@ -40,24 +41,6 @@ def switch_off_truncation_and_padding(backend) -> dict:
     backend.no_padding()
     backend.encode_special_tokens = False  # transformers' split_special_tokens=False
     return found
-
-
-def end_of_turn_tokens(tokenizer, configured: Iterable[str], special: set[str], stops: Iterable[str] = (),
-                       tagged: bool = False) -> tuple[frozenset[str], str]:
-    """The tokens the `assistant` strategy accepts as closing a turn, and where they come from: EOS,
-    and the config's end_of_turn ("config"); when the config declares none and the template has no
-    generation tags, the tokens `generate` stops on (`stops`, generation_config.json's eos_token_id:
-    "generation_config"); else EOS alone ("eos")."""
-    configured = tuple(configured)
-    for token in configured:
-        if token not in special:
-            raise BuildError(f"key 'end_of_turn' = {token!r}: not a special token of the tokenizer")
-    eos = {tokenizer.eos_token} if tokenizer.eos_token else set()
-    if configured:
-        return frozenset(configured) | eos, "config"
-    if stops and not tagged:
-        return frozenset(stops) | eos, "generation_config"
-    return frozenset(eos), "eos"
 
 
 class Encoder:

@@ -4,7 +4,7 @@ template's own render of two exchanges can be masked.
 A template without `{% generation %}` tags closes an assistant turn with a token of its own
 (Phi-3's `<|end|>`, Gemma's `<end_of_turn>`), which is rarely the tokenizer's EOS. The model repo
 says which: `generation_config.json`'s `eos_token_id` (one id or a list) is what `generate` stops
-on, so a turn the model ends is a turn closed by one of them. encoder.end_of_turn_tokens takes
+on, so a turn the model ends is a turn closed by one of them. `end_of_turn_tokens` takes
 them as the ends of turn when the config declares none. `probe_problem` renders two user/assistant
 exchanges and masks them as the build would: `databuild init` asks for the token to declare when even
 that is refused. `make` does not refuse a template on it (a template may refuse plain exchanges and
@@ -16,6 +16,7 @@ prompt); it refuses conversations one by one, and says a refusal common to all o
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Iterable
 
 from ..errors import BuildError, quoted
 from ..utils import json_depth
@@ -48,6 +49,24 @@ def generation_stops(directory: Path, tokenizer) -> tuple[str, ...]:
         if not 0 <= token_id < vocabulary:
             raise BuildError(f"{path}: eos_token_id {token_id} is not an id of the tokenizer ({vocabulary} ids)")
     return tuple(sorted(set(tokenizer.convert_ids_to_tokens(ids))))
+
+
+def end_of_turn_tokens(tokenizer, configured: Iterable[str], special: set[str], stops: Iterable[str] = (),
+                       tagged: bool = False) -> tuple[frozenset[str], str]:
+    """The tokens the `assistant` strategy accepts as closing a turn, and where they come from: EOS,
+    and the config's end_of_turn ("config"); when the config declares none and the template has no
+    generation tags, the tokens `generate` stops on (`stops`, generation_config.json's eos_token_id:
+    "generation_config"); else EOS alone ("eos")."""
+    configured = tuple(configured)
+    for token in configured:
+        if token not in special:
+            raise BuildError(f"key 'end_of_turn' = {token!r}: not a special token of the tokenizer")
+    eos = {tokenizer.eos_token} if tokenizer.eos_token else set()
+    if configured:
+        return frozenset(configured) | eos, "config"
+    if stops and not tagged:
+        return frozenset(stops) | eos, "generation_config"
+    return frozenset(eos), "eos"
 
 
 def probe_problem(encoder) -> tuple[str, str | None] | None:

@@ -5,7 +5,7 @@ For assistant message i, P = render(messages[:i], add_generation_prompt=True) is
 given and R = render(messages[:i+1]) what it is trained to have written: P must be a prefix of R
 (else message i is no turn of its own, below). The turn's target is R[len(P):] up to and including
 the first stop token (the encoder's end-of-turn set: the tokenizer's EOS, the config's end_of_turn,
-and whatever encoder.end_of_turn_tokens adds); what the template writes after it (ChatML's newline)
+and whatever ends.end_of_turn_tokens adds); what the template writes after it (ChatML's newline)
 is not a target. Where R holds no stop token after P, a stop token the next message writes right
 after the turn closes it (GLM's `<|user|>`); where the whole render ends in the turn (GLM's last
 turn: the template writes the model's stop only as the next message's header), the turn is
