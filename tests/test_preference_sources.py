@@ -330,3 +330,25 @@ def test_the_records_do_not_depend_on_the_spill_window_or_threads(tmp_path, monk
             seen.append([(r.origin, r.prompt, r.completions, r.label, r.tools, r.problem) for r in stream.records()])
             assert stream.spill.passes == 1
     assert seen[0] == seen[1] == seen[2] and len(seen[0]) == len(ROWS)
+
+
+VALUE = st.sampled_from([1, 1.0, True, "1", None, {"a": 1, "b": 2}, {"b": 2, "a": 1}])
+STRICT_MESSAGE = st.builds(lambda role, value: {"content": "x", "role": role, "tool_calls": [{"arguments": value}]},
+                           st.sampled_from(["user", "assistant"]), VALUE)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(STRICT_MESSAGE, min_size=1, max_size=4), st.lists(STRICT_MESSAGE, min_size=1, max_size=4))
+def test_messages_are_compared_as_json_values_not_python_equality(chosen, rejected):
+    """1, 1.0 and true, and two key orders, are equal in Python and different JSON: never one shared message."""
+    texts = [[json.dumps(m) for m in side] for side in (chosen, rejected)]
+    shared = 0
+    while shared < min(map(len, texts)) and texts[0][shared] == texts[1][shared]:
+        shared += 1
+    prompt, chosen_part, rejected_part, problem = implicit_split(chosen, rejected)
+    if problem is None:
+        assert len(prompt) == shared
+    elif texts[0] == texts[1]:
+        assert problem.kind == IDENTICAL_COMPLETIONS
+    else:
+        assert problem.kind == (NO_SHARED_PROMPT if shared == 0 else COMPLETION_NOT_ASSISTANT)

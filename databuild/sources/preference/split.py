@@ -32,11 +32,22 @@ def _text(message: dict) -> str:
     return json.dumps(message, ensure_ascii=False)
 
 
+def same(a: dict, b: dict) -> bool:
+    """Whether two messages are the same JSON value: their JSON texts equal. Python's == first, as the cheap
+    test: values it finds unequal have different texts; it finds equal some that are not (1 and 1.0 and
+    true, two orders of the same keys), so equal ones are compared as texts."""
+    return a == b and _text(a) == _text(b)
+
+
+def same_messages(a: Sequence[dict], b: Sequence[dict]) -> bool:
+    return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+
+
 def common_prefix(chosen: Sequence[dict], rejected: Sequence[dict]) -> int:
-    """How many first messages chosen and rejected share, each compared as its JSON text."""
+    """How many first messages chosen and rejected share, each compared as a JSON value (same)."""
     count = 0
     for a, b in zip(chosen, rejected):
-        if _text(a) != _text(b):
+        if not same(a, b):
             break
         count += 1
     return count
@@ -56,9 +67,9 @@ def completion_problem(name: str, completion: Sequence[dict], first: int) -> Pro
 def implicit_split(chosen: Sequence[dict], rejected: Sequence[dict]) -> tuple[tuple, tuple, tuple, Problem | None]:
     """(prompt, chosen completion, rejected completion, the problem or None) of two whole conversations."""
     chosen, rejected = tuple(chosen), tuple(rejected)
-    if [_text(m) for m in chosen] == [_text(m) for m in rejected]:
-        return (), (), (), Problem(IDENTICAL_COMPLETIONS, f"chosen and rejected are the same {len(chosen)} messages")
     shared = common_prefix(chosen, rejected)
+    if shared == len(chosen) == len(rejected):
+        return (), (), (), Problem(IDENTICAL_COMPLETIONS, f"chosen and rejected are the same {len(chosen)} messages")
     if shared == 0:
         return (), (), (), Problem(NO_SHARED_PROMPT, "chosen and rejected differ from their first message: "
                                                      "no shared prompt")
@@ -96,7 +107,7 @@ def preference_record(conversation: Conversation) -> PreferenceRecord:
         completions = (chosen, rejected)
     elif marks == ["prompt", "chosen", "rejected"]:
         prompt, completions = columns[0], tuple(columns[1:])
-        if [_text(m) for m in completions[0]] == [_text(m) for m in completions[1]]:
+        if same_messages(*completions):
             problem = Problem(IDENTICAL_COMPLETIONS, f"chosen and rejected are the same {len(completions[0])} messages")
         else:
             problem = (completion_problem("chosen", completions[0], 0)
