@@ -1,6 +1,7 @@
 """TRL itself (when torch and trl are installed; neither is in requirements.lock or CI) reads the
-preference export: tested against trl 1.9.0 (huggingface/trl@f2cd5771's trainer files, the same),
-torch 2.14.1, transformers 5.24.0. DPOTrainer, built as the written script builds it, over a tiny
+preference export: pinned to trl 1.9.0 (huggingface/trl@f2cd5771's trainer files, the same), with
+torch 2.14.1, transformers 5.24.0; it passes at trl 1.16.0 too, within float32's precision there (see
+PINNED). DPOTrainer, built as the written script builds it, over a tiny
 randomly initialised Llama in float64 on CPU, over pairs the build's own encode stage tokenized and
 masked and its row file writer wrote (one with a multi-turn chosen completion, a user turn between its
 targets): its per-sequence log-probability sums over the chosen and
@@ -32,7 +33,20 @@ from databuild.export.trl_preference import DpoFormat, KtoFormat
 torch = pytest.importorskip("torch", reason="torch is not installed (an optional test: pip install torch trl==1.9.0)")
 trl = pytest.importorskip("trl", reason="trl is not installed (an optional test: pip install trl==1.9.0)")
 
-TOLERANCE = 1e-9  # float64 sums of a few dozen log-probabilities: rounding is about 1e-13
+# trl 1.9.0, the pinned version, scores in the model's dtype (float64 here): the sums differ by rounding alone
+# (about 1e-13). Later releases score through a fused LM head that accumulates in float32 (trl 1.16.0's
+# trl/kernels/chunked_logprob.py, L54-62: `acc.addmm_(a.float(), b.float())`), so there they agree to
+# float32's precision relative to their size (measured at 1.16.0: up to 6.4e-5 on sums of a few hundred).
+PINNED = trl.__version__ == "1.9.0"
+TOLERANCE = 1e-9
+LOSS_TOLERANCE = TOLERANCE if PINNED else 1e-5
+
+
+def off_by(found, expected) -> float:
+    """The largest difference, as a share of what the installed trl's precision allows (below 1 passes)."""
+    found, expected = np.asarray(found, dtype=float), np.asarray(expected, dtype=float)
+    allowed = TOLERANCE + (0 if PINNED else 1e-6 * np.abs(expected))
+    return float((np.abs(found - expected) / allowed).max())
 
 PAIRS = [  # (prompt messages, chosen reply, rejected reply); a list of turns is a multi-turn completion
     ([("user", "Hi there")], "Hello, friend.", "Go away."),
@@ -143,8 +157,9 @@ def test_dpo_trainer_sums_the_targets_of_a_made_build(made, tmp_path):
     trainer = trainer_over(made, model, tmp_path, precompute_ref_log_probs=True)
     expected = native_sums(model, native)
     for side in expected:
-        difference = np.abs(np.array(trainer.train_dataset[f"ref_{side}_logps"]) - expected[side]).max()
-        assert difference < TOLERANCE, (side, difference)
+        found = np.array(trainer.train_dataset[f"ref_{side}_logps"])
+        difference = np.abs(found - expected[side]).max()
+        assert off_by(found, expected[side]) < 1, (side, difference)
         print(f"made {side} ({native.num_rows} pairs): max |TRL - native| = {difference:.3g}")
 
 
@@ -170,7 +185,7 @@ def test_dpo_trainer_sums_the_native_targets(export, tmp_path):
     for side in found:
         assert found[side].shape == expected[side].shape
         difference = np.abs(found[side] - expected[side]).max()
-        assert difference < TOLERANCE, (side, difference)
+        assert off_by(found[side], expected[side]) < 1, (side, difference)
         print(f"{side}: max |TRL - native| = {difference:.3g}")
     assert not np.allclose(expected["chosen"], expected["rejected"])  # the test can tell the sides apart
     # The test can tell what the cut and the masks do. TRL's own collator, which trains every completion
@@ -184,7 +199,8 @@ def test_dpo_trainer_sums_the_native_targets(export, tmp_path):
     assert np.abs(uncut_chosen.numpy() - expected["chosen"]).min() > 1.0
     stock_chosen, _ = trainer.compute_ref_log_probs(model, stock([trainer.train_dataset[r] for r in range(len(PAIRS))]))
     off = np.abs(stock_chosen.numpy() - expected["chosen"])
-    assert off[MULTI_TURN] > 1.0 and np.delete(off, MULTI_TURN).max() < TOLERANCE
+    assert off[MULTI_TURN] > 1.0
+    assert off_by(np.delete(stock_chosen.numpy(), MULTI_TURN), np.delete(expected["chosen"], MULTI_TURN)) < 1
     assert 0 in trainer.train_dataset[MULTI_TURN]["chosen_target_mask"]
 
 
@@ -206,7 +222,7 @@ def test_dpo_loss_after_training_equals_the_native_loss(export, tmp_path):
         loss = float(trainer.compute_loss(model, batch))
     margins = ((policy_sums["chosen"] - reference_sums["chosen"]) - (policy_sums["rejected"] - reference_sums["rejected"]))[:2]
     expected = float(np.mean(np.logaddexp(0.0, -0.1 * margins)))  # -log sigmoid(x) = log(1 + exp(-x))
-    assert abs(loss - expected) < TOLERANCE, (loss, expected)
+    assert abs(loss - expected) < LOSS_TOLERANCE, (loss, expected)
 
 
 @pytest.mark.parametrize("fmt", [DpoFormat, KtoFormat])
@@ -238,11 +254,11 @@ def test_kto_trainer_sums_the_native_targets(export, tmp_path):
     expected = native_sums(model, native, ("completion",))["completion"]
     found = np.array(trainer.train_dataset["ref_logps"])
     difference = np.abs(found - expected).max()
-    assert difference < TOLERANCE, difference
+    assert off_by(found, expected) < 1, difference
     print(f"KTO completion: max |TRL - native| = {difference:.3g}")
     rows = pq.read_table(kto[1]).to_pylist()
     before = [r - 1 if r % 2 else r + 1 for r in range(len(rows))]  # batches of two: (x1, y2), (x2, y1)
     kl = np.array([target_sum(model, rows[r]["prompt_ids"], rows[b]["completion_ids"], rows[b]["completion_target_mask"])
                    for r, b in enumerate(before)])
-    assert np.abs(np.array(trainer.train_dataset["ref_KL_logps"]) - kl).max() < TOLERANCE
+    assert off_by(trainer.train_dataset["ref_KL_logps"], kl) < 1
     assert np.abs(kl - expected).min() > 1.0  # the test can tell the KL pairs from the matched ones
