@@ -352,3 +352,27 @@ def test_messages_are_compared_as_json_values_not_python_equality(chosen, reject
         assert problem.kind == IDENTICAL_COMPLETIONS
     else:
         assert problem.kind == (NO_SHARED_PROMPT if shared == 0 else COMPLETION_NOT_ASSISTANT)
+
+
+def test_a_mixture_of_preference_sources_of_two_shapes_reads_in_one_permutation(tmp_path):
+    """An implicit source and an explicit one, with takes (one upsampled): the records in the order
+    sources/mixture.py places the rows, each read by its own source's format."""
+    explicit = [shapes(row)["preference"] for row in SIMPLE]
+    write_rows(tmp_path / "explicit", explicit, "jsonl")
+    sources = [{**IMPLICIT, "repo": "a/implicit", "revision": "3" * 40, "take": 10},
+               {"dir": str(tmp_path / "explicit"), "format": "preference", "repo": "a/explicit", "revision": "4" * 40,
+                "take": 2.0}]
+    config = load_config(write_config(tmp_path / "m.yaml", source=None, sources=sources, on_bad_conversation="skip"))
+    inputs = resolve_inputs(config)
+    with preference_stream(config, inputs) as stream:
+        found = list(stream.records())
+    order = mixed_of_positions(*inputs.selections, config.seed, range(len(found)))
+    assert len(found) == 10 + 2 * len(explicit)
+    assert [r.origin.index for r in found] == order.tolist()
+    assert "a/explicit" in {r.origin.source for r in found} <= {"fixture/single", "fixture/multi", "fixture/tools",
+                                                                 "fixture/refused", "a/explicit"}
+    for record in found:
+        if record.origin.index >= len(ROWS):  # the explicit source's rows, each twice
+            row = explicit[record.origin.index - len(ROWS)]
+            assert (list(record.prompt), [list(c) for c in record.completions]) == (
+                row["prompt"], [row["chosen"], row["rejected"]])
