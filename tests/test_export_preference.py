@@ -1,7 +1,8 @@
 """The preference export. Its cut (databuild/export/preference.py), on hand-made native rows: a
 completion's untrained head joins the prompt when the pair shares it, its untrained tail is left out
 and counted, the tokens between carry their target mask (0 inside a multi-turn completion); a
-completion without a target is refused in one line naming the row, the id and the side. Through
+completion without a target is refused in one line naming the row, the id and the side; for any
+generated pairs, every target kept and nothing else trained (a property test). Through
 `databuild export` on a real preference build: every summed token a native target, checked
 independently; verify passes, with --from too, and fails closed on a planted token; a file of the
 wrong kind refused in one line; an unpaired build through --to trl-kto likewise. TRL's reading of it is tests/test_trl_preference_run.py (optional)."""
@@ -14,6 +15,7 @@ import shutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from conftest import run, verify_cli
 from databuild.errors import BuildError
@@ -203,3 +205,37 @@ def test_native_pins_are_checked_on_the_preference_source(built, dpo_export):
     assert wrong.exit_code != 0 and f"parquet_sha256: expected {'0' * 64}, found" in wrong.output
     segments = verify_cli(out, "--from", built.parquet, "--segments-sha256", "0" * 64)
     assert segments.exit_code != 0 and "not checked: a preference row file has no such figure" in segments.output
+
+
+@st.composite
+def native_pairs(draw):
+    """A pair's native ids and masks: a shared untrained head or not, targets anywhere, a tail or not."""
+    def completion(head):
+        body = draw(st.lists(st.tuples(st.integers(0, 99), st.integers(0, 1)), min_size=1, max_size=8))
+        body[draw(st.integers(0, len(body) - 1))] = (body[0][0], 1)  # one target at least
+        tail = draw(st.lists(st.integers(0, 99), max_size=3))
+        ids = head + [i for i, _ in body] + tail
+        return ids, [0] * len(head) + [m for _, m in body] + [0] * len(tail)
+    head = draw(st.lists(st.integers(0, 99), max_size=3))
+    other = head if draw(st.booleans()) else draw(st.lists(st.integers(0, 99), max_size=3))
+    prompt = draw(st.lists(st.integers(0, 99), min_size=1, max_size=5))
+    return ("p", prompt, *completion(head), *completion(other))
+
+
+@settings(derandomize=True, database=None, deadline=None, print_blob=False, max_examples=200)
+@given(st.lists(native_pairs(), min_size=1, max_size=4))
+def test_the_cut_keeps_every_target_and_nothing_else(rows):
+    """For any pairs: each scored sequence (prompt_ids + completion) is a prefix of the native prompt +
+    completion, the mask's 1s sit exactly on the native targets, and what is left out is untrained."""
+    out, tail = dpo_table(pairs(*rows), 0, "f.parquet")
+    dropped = 0
+    for mine, (_, prompt, *sides) in zip(out.to_pylist(), rows):
+        for side, (ids, mask) in zip(("chosen", "rejected"), (sides[:2], sides[2:])):
+            scored = mine["prompt_ids"] + mine[f"{side}_ids"]
+            assert scored == (prompt + ids)[:len(scored)]
+            start = len(mine["prompt_ids"]) - len(prompt)
+            assert mine[f"{side}_target_mask"] == mask[start:start + len(mine[f"{side}_ids"])]
+            assert not any(mask[:start]) and not any(mask[start + len(mine[f"{side}_ids"]):])
+            assert mine[f"{side}_target_mask"][-1] == 1
+            dropped += len(ids) - start - len(mine[f"{side}_ids"])
+    assert tail == dropped
