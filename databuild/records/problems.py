@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Iterable, Iterator, NamedTuple, Protocol, Sequence, TypeVar
 
 from ..errors import BuildError, quoted
+from .origin import Origin
 
 
 # The kinds of problem. Those of SKIPPED_KINDS can be skipped (on_bad_conversation: skip) and are
@@ -89,8 +90,7 @@ class FileRows(Protocol):
 
 class Carried(Protocol):
     """A conversation as the stream carries it, before or after the tokenizer (records.conversation)."""
-    index: int
-    id: str
+    origin: Origin
     problem: Problem | None
 
 
