@@ -8,7 +8,8 @@ whole stream on its first pass: a preference build has no row budget to stop at 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -19,7 +20,8 @@ from ..formats import PREFERENCE_FORMATS
 from ..mixture import placement
 from ..spill import Spill
 from ..spill_folder import spill_folder
-from .split import preference_record
+from ..spilled import read_bucket
+from .split import column_message, preference_record
 
 DEFAULT_WINDOW = 8192  # rows per spilled bucket, as prepare.DEFAULT_WINDOW
 
@@ -62,6 +64,31 @@ class PreferenceStream:
         self.folder.cleanup()
 
 
+MESSAGE_NUMBER = re.compile(r"message (\d+): ")
+
+
+def renumbered(spill: Spill, found: list[BadConversation]) -> list[BadConversation]:
+    """`found` with each reason's "message N" (the record's checks number a row's messages across its
+    columns) named as the column's own ("rejected message 0"), read from the row's spilled marks: only
+    the buckets holding such a row are read again."""
+    wanted = {bad.index: bad for bad in found if MESSAGE_NUMBER.match(bad.problem.reason)}
+    by_bucket: dict[int, set[int]] = {}
+    for index in wanted:
+        _, positions = spill.placement.within(index, 1)
+        by_bucket.setdefault(int(positions[0]) // spill.window, set()).add(index)
+    named: dict[int, BadConversation] = {}
+    for bucket, indices in sorted(by_bucket.items()):
+        for conversation in read_bucket(spill._path(bucket)):
+            index = conversation.origin.index
+            if index in indices and index not in named:
+                bad = wanted[index]
+                match = MESSAGE_NUMBER.match(bad.problem.reason)
+                column = column_message(conversation.messages, int(match.group(1)))
+                named[index] = bad if column is None else replace(bad, problem=bad.problem._replace(
+                    reason=f"{column}: {bad.problem.reason[match.end():]}"))
+    return [named.get(bad.index, bad) for bad in found]
+
+
 def preference_stream(config, inputs, window: int = DEFAULT_WINDOW) -> PreferenceStream:
     """The preference sources of `config` (a BuildConfig) as resolved (`inputs`: inputs/resolve.py),
     checked and spilled: every malformed row found before the first record, and refused (the build
@@ -71,7 +98,7 @@ def preference_stream(config, inputs, window: int = DEFAULT_WINDOW) -> Preferenc
     folder = spill_folder()
     try:
         spill = Spill(inputs.source_files, placed, window, Path(folder.name))
-        found = on_bad_conversation(config.on_bad_conversation, spill.check_and_spill(placed.size))
+        found = on_bad_conversation(config.on_bad_conversation, renumbered(spill, spill.check_and_spill(placed.size)))
     except BaseException:
         folder.cleanup()
         raise
