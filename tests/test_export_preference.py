@@ -239,3 +239,41 @@ def test_the_cut_keeps_every_target_and_nothing_else(rows):
             assert mine[f"{side}_target_mask"][-1] == 1
             dropped += len(ids) - start - len(mine[f"{side}_ids"])
     assert tail == dropped
+
+
+def _changed_row(rows, column):
+    row = rows[2]
+    return rows[:2] + [{**row, column: [1 - row[column][0]] + row[column][1:]}] + rows[3:]
+
+
+@pytest.mark.parametrize("plant, message", [
+    (lambda out: _rewrite(out, lambda rows: _changed_row(rows, "rejected_ids")), "first differing row 2"),
+    (lambda out: _rewrite(out, lambda rows: _changed_row(rows, "chosen_target_mask")), "first differing row 2"),
+    (lambda out: _rewrite(out, lambda rows: rows[:-1]), "missing rows: expected 31, found 30"),
+    (lambda out: _rewrite(out, lambda rows: [{**r, "prompt_ids": r["prompt_ids"][1:]} for r in rows]),
+     "first differing row 0"),
+    (lambda out: out.with_name("pairs.dpo.yaml").write_text(
+        out.with_name("pairs.dpo.yaml").read_text().replace("max_length: null", "max_length: 1024")),
+     "pairs.dpo.yaml: differs from the configuration the export writes"),
+    (lambda out: out.with_name("pairs.dpo.py").write_text(out.with_name("pairs.dpo.py").read_text() + "\n"),
+     "pairs.dpo.py: differs from the configuration the export writes"),
+    (lambda out: out.with_name(out.name + ".123-abc.partial").write_bytes(b""),
+     "pairs.parquet.123-abc.partial: an incomplete export was left behind"),
+])
+def test_verify_fails_closed_on_each_planted_corruption(built, tmp_path, plant, message):
+    import databuild
+
+    out = databuild.export(built.parquet, "trl-dpo", tmp_path / "pairs.parquet").path
+    again = databuild.export(built.parquet, "trl-dpo", tmp_path / "again" / "pairs.parquet").path
+    assert again.read_bytes() == out.read_bytes()  # the same source, the same bytes
+    assert verify_cli(out, "--from", built.parquet).exit_code == 0
+    plant(out)
+    result = verify_cli(out)
+    assert result.exit_code == 1 and message in result.output, result.output
+
+
+def _rewrite(path, change):
+    from databuild.rowfile.write import WRITER_OPTIONS
+
+    table = pq.read_table(path)
+    pq.write_table(pa.Table.from_pylist(change(table.to_pylist()), schema=table.schema), path, **WRITER_OPTIONS)
