@@ -136,27 +136,50 @@ def test_each_shape_from_parquet_and_json_lines(tmp_path, shape, kind):
             assert [list(c) for c in record.completions] == [expected["chosen"], expected["rejected"]]
 
 
-def test_the_hub_cache_layout_reads_as_the_local_files(tmp_path):
-    """The fixture laid out as huggingface_hub's cache, the config naming repo and commit only: the same
-    records as from the local folder (a process of its own: the cache's place is read at import)."""
+def _listed(found) -> list:
+    return [[r.origin.id, list(map(dict, r.prompt)), [list(c) for c in r.completions], r.label,
+             r.problem and r.problem.kind] for r in found]
+
+
+def test_each_shape_through_the_hub_cache_reads_as_the_local_files(tmp_path):
+    """The fixture, and each shape as parquet and as JSON Lines, laid out as huggingface_hub's cache, each
+    config naming repo and commit only: the same records as from the local folders (one process of its
+    own for them all: the cache's place is read at import)."""
     from test_hub import lay_out_repo
-    cache, repo, commit = tmp_path / "hub", "databuild-fixtures/tulu-preference-tiny", "3" * 40
-    lay_out_repo(cache, "dataset", repo, commit, {f"data/{p.name}": p for p in FILES})
-    hub_config = write_config(tmp_path / "hub.yaml", source={"dir": None, "repo": repo, "revision": commit,
-                              "format": "preference_implicit", "ignore_fields": ["prompt"]}, on_bad_conversation="skip")
+    cache, configs, expected = tmp_path / "hub", [], []
+    cases = [("fixture", PREFERENCE_DIR, IMPLICIT)]
+    for shape in ("preference", "preference_strings", "preference_implicit", "unpaired_preference"):
+        for kind in ("parquet", "jsonl"):
+            rows = [shapes(row)[shape] for row in SIMPLE]
+            if shape == "unpaired_preference":
+                rows = [{**row, "label": k % 2 == 1} for k, row in enumerate(rows)]
+            folder = write_rows(tmp_path / f"{shape}-{kind}", rows, kind)
+            cases.append((f"{shape}-{kind}", folder, {"format": shape.removesuffix("_strings")}))
+    for number, (name, folder, source) in enumerate(cases):
+        repo, commit = f"databuild-fixtures/{name}", f"{number + 10:040x}"
+        files = {p.relative_to(folder).as_posix(): p for p in sorted((folder / "data").iterdir())}
+        lay_out_repo(cache, "dataset", repo, commit, files)
+        configs.append(write_config(tmp_path / f"hub-{name}.yaml", on_bad_conversation="skip", source={
+            **source, "dir": None, "repo": repo, "revision": commit}))
+        expected.append(_listed(records(tmp_path, {**source, "dir": str(folder)}, on_bad_conversation="skip")[1]))
     script = ("import json, sys; from databuild.config.load import load_config; "
               "from databuild.inputs.resolve import resolve_inputs; "
               "from databuild.sources.preference import preference_stream; "
-              "c = load_config(sys.argv[1]); s = preference_stream(c, resolve_inputs(c, offline=True)); "
-              "print(json.dumps([[r.origin.id, r.prompt, r.completions, r.problem and r.problem.kind] "
-              "for r in s.records()])); s.__exit__()")
-    env = {**os.environ, "HF_HUB_CACHE": str(cache), "HF_HOME": str(tmp_path / "hf-home"), "HF_HUB_OFFLINE": "1"}
-    result = subprocess.run([sys.executable, "-c", script, str(hub_config)], capture_output=True, text=True, env=env,
-                            cwd=REPO, timeout=120)
+              "from test_preference_sources import _listed\n"
+              "for path in sys.argv[1:]:\n"
+              "    c = load_config(path)\n"
+              "    with preference_stream(c, resolve_inputs(c, offline=True)) as s:\n"
+              "        print(json.dumps(_listed(s.records())))")
+    env = {**os.environ, "HF_HUB_CACHE": str(cache), "HF_HOME": str(tmp_path / "hf-home"), "HF_HUB_OFFLINE": "1",
+           "PYTHONPATH": str(REPO / "tests")}
+    result = subprocess.run([sys.executable, "-c", script, *map(str, configs)], capture_output=True, text=True,
+                            env=env, cwd=REPO, timeout=300)
     assert result.returncode == 0, result.stderr
-    _, local = records(tmp_path, IMPLICIT, on_bad_conversation="skip")
-    assert json.loads(result.stdout) == [[r.origin.id, list(map(dict, r.prompt)), [list(c) for c in r.completions],
-                                          r.problem and r.problem.kind] for r in local]
+    found = [json.loads(line) for line in result.stdout.splitlines()]
+    assert len(found) == len(cases)
+    for (name, _, _), config, hub, local in zip(cases, configs, found, expected):
+        assert load_config(config).sources[0].dir is None  # named by repo and commit alone
+        assert hub == local and len(hub) >= len(SIMPLE), name
 
 
 BAD_ROWS = [  # (shape, a bad row, what the refusal says)
