@@ -184,15 +184,15 @@ def test_each_shape_through_the_hub_cache_reads_as_the_local_files(tmp_path):
 
 BAD_ROWS = [  # (shape, a bad row, what the refusal says)
     ("preference", {"prompt": [{"role": "user", "content": "q"}], "chosen": [{"role": "assistnt", "content": "a"}],
-                    "rejected": [{"role": "assistant", "content": "b"}]}, "chosen message 0: unknown role 'assistnt'"),
+                    "rejected": [{"role": "assistant", "content": "b"}]}, "chosen: message 0: unknown role 'assistnt'"),
     ("preference_implicit", {"chosen": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}],
                              "rejected": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "b"},
                                           {"role": "user", "content": None}]},
-     "rejected message 2: content is null, not a string"),
+     "rejected: message 2: content is null, not a string"),
     ("unpaired_preference", {"prompt": [{"role": "user", "content": "q"}], "label": False, "completion": [
         {"role": "assistant", "content": None, "tool_calls": [{"type": "function", "function": {
             "name": "f", "arguments": "{\"city\": \"Paris\",}"}}]}]},
-     "completion message 0: tool_calls[0] (function 'f'): arguments are not valid JSON"),
+     "completion: message 0: tool_calls[0] (function 'f'): arguments are not valid JSON"),
     ("preference", {"prompt": [{"role": "user", "content": "q"}], "chosen": None,
                     "rejected": [{"role": "assistant", "content": "b"}]}, "chosen is null"),
     ("preference", {"prompt": [{"role": "user", "content": "q"}], "chosen": [],

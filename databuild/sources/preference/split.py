@@ -94,15 +94,16 @@ def _parts(messages: Sequence[dict]) -> list[tuple[str, list[dict]]]:
 
 
 def column_message(messages: Sequence[dict], number: int) -> str | None:
-    """Message `number` of a spilled row (its columns' messages in turn) as its column names it, e.g.
-    "rejected message 0"; None where the row has no marks (the format refused it before marking)."""
+    """Message `number` of a spilled row (its columns' messages in turn) as its column numbers it, in the
+    words of the format's own refusals ("rejected: message 0"); None where the row has no marks (the
+    format refused it before marking)."""
     if not messages or PART not in messages[0]:
         return None
     column, first = "", 0
     for k, message in enumerate(messages[:number + 1]):
         if PART in message:
             column, first = message[PART], k
-    return f"{'completion' if column in LABEL_OF else column} message {number - first}"
+    return f"{'completion' if column in LABEL_OF else column}: message {number - first}"
 
 
 def preference_record(conversation: Conversation) -> PreferenceRecord:

@@ -69,7 +69,7 @@ MESSAGE_NUMBER = re.compile(r"message (\d+): ")
 
 def renumbered(spill: Spill, found: list[BadConversation]) -> list[BadConversation]:
     """`found` with each reason's "message N" (the record's checks number a row's messages across its
-    columns) named as the column's own ("rejected message 0"), read from the row's spilled marks: only
+    columns) named as the column's own ("rejected: message 0"), read from the row's spilled marks: only
     the buckets holding such a row are read again."""
     wanted = {bad.index: bad for bad in found if MESSAGE_NUMBER.match(bad.problem.reason)}
     by_bucket: dict[int, set[int]] = {}
