@@ -119,7 +119,17 @@ def verify_file(parquet: Path, manifest: Path | None = None, recipe: Path | None
     from .export.check import export_manifest_of, verify_export
     from .verify import Expected, UsageError, diff_hint, gather, verify
 
+    from .verify.preference import is_preference_file, refuse_options, verify_preference
+
     described = export_manifest_of(parquet, manifest)
+    if described is not None and source is not None and is_preference_file(source):  # a trl-dpo, trl-kto export
+        refuse_options(source, segments_sha256=segments_sha256)
+        report, checked = verify_export(parquet, described, source), "the export manifest"
+        if any(x is not None for x in (recipe, rows_sha256, parquet_sha256)):  # pins of the preference file
+            pinned, what = verify_preference(source, None, rows_sha256, parquet_sha256, recipe)
+            report.failures += [f"{source.name}: {line}" for line in pinned.failures]
+            checked += f", {what} of {source}"
+        return report, checked, None
     if described is not None:
         expected = Expected([])
         if any(x is not None for x in (recipe, rows_sha256, parquet_sha256, segments_sha256)):
@@ -129,8 +139,6 @@ def verify_file(parquet: Path, manifest: Path | None = None, recipe: Path | None
     if source is not None:
         raise UsageError(f"{parquet}: --from checks an export against the native file it comes from, and no "
                          "export manifest describes this file")
-    from .verify.preference import is_preference_file, refuse_options, verify_preference
-
     if is_preference_file(parquet):
         refuse_options(parquet, segments_sha256=segments_sha256)
         report, checked = verify_preference(parquet, manifest, rows_sha256, parquet_sha256, recipe)

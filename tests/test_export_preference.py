@@ -196,49 +196,19 @@ def test_load_gives_a_preference_file_in_its_export_layout(built, dpo_export):
     assert databuild.load(built.parquet).to_list() == pq.read_table(dpo_export[0]).to_pylist()
 
 
-def test_native_pins_are_checked_on_the_preference_source(built, dpo_export):
-    """--rows-sha256 and --parquet-sha256 with --from are checked on the preference file; a pin of a figure it
-    has not (--segments-sha256) fails, never goes unchecked."""
+def test_native_pins_are_checked_on_the_preference_source(built, dpo_export, tmp_path):
+    """--rows-sha256, --parquet-sha256 and a recipe with --from are checked on the preference file, by its own
+    verifier; --segments-sha256, a figure it has not, is refused (exit 2), never ignored."""
     out, rows_sha256 = dpo_export[0], built.data["output"]["rows_sha256"]
     assert verify_cli(out, "--from", built.parquet, "--rows-sha256", rows_sha256).exit_code == 0
     wrong = verify_cli(out, "--from", built.parquet, "--parquet-sha256", "0" * 64)
-    assert wrong.exit_code != 0 and f"parquet_sha256: expected {'0' * 64}, found" in wrong.output
+    assert wrong.exit_code == 1 and f"output.parquet_sha256: expected '{'0' * 64}'" in wrong.output
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(f"workload:\n  dataset:\n    rows_sha256: {'a' * 64}\n")
+    pinned = verify_cli(out, "--from", built.parquet, "--recipe", recipe)
+    assert pinned.exit_code == 1 and f"output.rows_sha256: expected '{'a' * 64}'" in pinned.output
     segments = verify_cli(out, "--from", built.parquet, "--segments-sha256", "0" * 64)
-    assert segments.exit_code != 0 and "not checked: a preference row file has no such figure" in segments.output
-
-
-@st.composite
-def native_pairs(draw):
-    """A pair's native ids and masks: a shared untrained head or not, targets anywhere, a tail or not."""
-    def completion(head):
-        body = draw(st.lists(st.tuples(st.integers(0, 99), st.integers(0, 1)), min_size=1, max_size=8))
-        body[draw(st.integers(0, len(body) - 1))] = (body[0][0], 1)  # one target at least
-        tail = draw(st.lists(st.integers(0, 99), max_size=3))
-        ids = head + [i for i, _ in body] + tail
-        return ids, [0] * len(head) + [m for _, m in body] + [0] * len(tail)
-    head = draw(st.lists(st.integers(0, 99), max_size=3))
-    other = head if draw(st.booleans()) else draw(st.lists(st.integers(0, 99), max_size=3))
-    prompt = draw(st.lists(st.integers(0, 99), min_size=1, max_size=5))
-    return ("p", prompt, *completion(head), *completion(other))
-
-
-@settings(derandomize=True, database=None, deadline=None, print_blob=False, max_examples=200)
-@given(st.lists(native_pairs(), min_size=1, max_size=4))
-def test_the_cut_keeps_every_target_and_nothing_else(rows):
-    """For any pairs: each scored sequence (prompt_ids + completion) is a prefix of the native prompt +
-    completion, the mask's 1s sit exactly on the native targets, and what is left out is untrained."""
-    out, tail = dpo_table(pairs(*rows), 0, "f.parquet")
-    dropped = 0
-    for mine, (_, prompt, *sides) in zip(out.to_pylist(), rows):
-        for side, (ids, mask) in zip(("chosen", "rejected"), (sides[:2], sides[2:])):
-            scored = mine["prompt_ids"] + mine[f"{side}_ids"]
-            assert scored == (prompt + ids)[:len(scored)]
-            start = len(mine["prompt_ids"]) - len(prompt)
-            assert mine[f"{side}_target_mask"] == mask[start:start + len(mine[f"{side}_ids"])]
-            assert not any(mask[:start]) and not any(mask[start + len(mine[f"{side}_ids"]):])
-            assert mine[f"{side}_target_mask"][-1] == 1
-            dropped += len(ids) - start - len(mine[f"{side}_ids"])
-    assert tail == dropped
+    assert segments.exit_code == 2 and "--segments-sha256 does not apply to a preference row file" in segments.output
 
 
 def _changed_row(rows, column):

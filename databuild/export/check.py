@@ -143,14 +143,11 @@ def _check_content(out: Path, manifest: dict[str, Any], schema: pa.Schema, repor
 def _check_against_source(out: Path, manifest: dict[str, Any], source: Path, report: Report,
                           native: Expected | None, sha256_of: Callable[[Path], str | None]) -> None:
     from . import make_format
-    from .preference_source import PreferenceSummary, preference_differences
     from .stream import verified_source, write_export
 
     summary = verified_source(source)
-    if native is not None:
-        lines = preference_differences(native, summary) if isinstance(summary, PreferenceSummary) else \
-            differences(native, summary)
-        report.failures += [f"{source.name}: {line}" for line in lines]
+    if native is not None:  # a packed source's pins (a preference source's are verify/preference.py's: api)
+        report.failures += [f"{source.name}: {line}" for line in differences(native, summary)]
     for field in ("rows_sha256", "parquet_sha256"):
         if manifest["source"][field] != getattr(summary, field):
             report.failures.append(f"source.{field}: the export says it comes from {manifest['source'][field]}, "

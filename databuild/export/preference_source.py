@@ -3,13 +3,12 @@ before a row is read, and the figures the export's manifest records of it."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import BuildError
 from ..publish.manifest import manifest_path
 from ..publish.preference import read_preference_manifest
-from ..verify import Expected, differences
 from ..verify.preference import verify_preference
 
 
@@ -44,11 +43,3 @@ def verified_preference(source: Path) -> PreferenceSummary:
     return PreferenceSummary(output["kind"], output["rows"], output["rows_sha256"], output["parquet_sha256"],
                              output["parquet_bytes"], output["longest_sequence"], targets)
 
-
-def preference_differences(native: Expected, summary: PreferenceSummary) -> list[str]:
-    """The native pins given on the command line (--rows-sha256, --parquet-sha256, a recipe's) checked on a
-    preference source; a pin of a figure it has not (segments_sha256) is a failure, never skipped."""
-    found = summary.record()
-    missing = [f"{e.field}: expected {e.value} ({e.origin}), not checked: a preference row file has no such figure"
-               for e in native.checks if e.field not in found]
-    return missing + differences(replace(native, checks=[e for e in native.checks if e.field in found]), found)
