@@ -43,6 +43,7 @@ from .pack.bfd import OverlongConversation
 from .pack.rows import PackStats
 from .pack.policy import pack
 from .records.problems import OVERLONG, BadConversation, Problem, bad_conversation, buildable, refusal
+from .sources.mixture import counting_by_source
 from .sources.spill_folder import remove_stale_spill_folders
 from .utils.files import file_sha256
 from .shortfall import ran_out
@@ -73,7 +74,7 @@ def encoder_pins(encoder: Encoder) -> dict[str, Any]:
 def manifest_of(build: Pinned | Prepared, parquet_name: str, stats: PackStats | None = None,
                 skipped: list[BadConversation] = (), hasher: RowsHasher | None = None,
                 segments: SegmentsHasher | None = None, parquet: tuple[str, int] = ("", 0),
-                validation: BuildResult | None = None) -> dict[str, Any]:
+                validation: BuildResult | None = None, read: list[int] = ()) -> dict[str, Any]:
     """The manifest of `build`; without stats and hashes, the one it will write as far as it is known
     before its first row, whose pinned sections tell whether a build already there is up to date."""
     malformed = tuple(build.malformed.values()) if isinstance(build, Prepared) else ()
@@ -88,7 +89,8 @@ def manifest_of(build: Pinned | Prepared, parquet_name: str, stats: PackStats | 
         parquet_writer=writer, file_name=parquet_name, stats=stats or PackStats(), rows_sha256=hasher.hexdigest(),
         segments_sha256=segments.hexdigest(), row_digests=hasher.row_digests, skipped=tuple(skipped),
         malformed=malformed, parquet_sha256=parquet[0], parquet_bytes=parquet[1], record_counts=record_counts,
-        duplicates=duplicates, held_out=held_out, validation=validation and validation_record(validation)))
+        duplicates=duplicates, held_out=held_out, validation=validation and validation_record(validation),
+        read=tuple(read)))
 
 
 def validation_record(result: BuildResult) -> dict[str, Any]:
@@ -153,13 +155,15 @@ def _make(prepared: Prepared, final: Path, encode: Encoding, batch_size: int, pr
     config, inputs = prepared.config, prepared.inputs
     partial = partial_path(final)
     stats, skipped, hasher, segments = PackStats(), [], RowsHasher(), SegmentsHasher()
+    read = [0] * len(inputs.sources)  # what the stream hands the packer, by source: the manifest's reads
     stream = encode(prepared.batches(batch_size, encode.by_reference, encode.processes))
     # The end-of-build check's hashing starts now, overlapping the encoding: the source is not read
     # again (unless the stream outruns the spill; then it is hashed again at the end).
     passes = prepared.spill.passes
     with hashing_in_background([f.path for f in inputs.source_files]) as rehash:
         with closing(stream) as tokenized:
-            kept = buildable(tokenized, config.on_bad_conversation, list(inputs.source_files), skipped)
+            counted = counting_by_source(tokenized, inputs.selections[0], read)
+            kept = buildable(counted, config.on_bad_conversation, list(inputs.source_files), skipped)
             rows = islice(pack(kept, prepared.packing, stats), config.rows)
             # disable=None: a bar on a terminal, nothing in logs and CI
             bar = tqdm(rows, total=config.rows, unit="row", desc=config.name,
@@ -176,7 +180,7 @@ def _make(prepared: Prepared, final: Path, encode: Encoding, batch_size: int, pr
             early = prepared.spill.passes == passes and rehash.exception() is None
             check_unchanged(inputs, rehash.result() if early else None)
             manifest = manifest_of(prepared, final.name, stats, skipped, hasher, segments, file_sha256(partial),
-                                   validation)
+                                   validation, read)
         except BaseException:
             partial.unlink(missing_ok=True)
             raise

@@ -139,7 +139,7 @@ def test_a_funnel_edited_into_another_shape_is_refused(tiny_build, tmp_path):
 
 def test_a_sources_conversations_read_leave_out_its_empty_renders():
     """counts.sources[i].conversations_read: the stream positions the packer was handed that hold the
-    source's rows (read_per_source: empty renders among them), less its skipped and its empty renders."""
+    source's rows (BuildRecord.read: empty renders among them), less its skipped and its empty renders."""
     from types import SimpleNamespace
 
     import numpy as np

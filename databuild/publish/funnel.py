@@ -46,20 +46,9 @@ def rows_at(record: BuildRecord, positions) -> np.ndarray:
     return mixed_of_positions(firsts, selections, record.config.seed, np.fromiter(positions, np.int64, len(positions)))
 
 
-def read_per_source(record: BuildRecord) -> list[int]:
-    """How many of the stream positions the packer was handed each source holds: every conversation
-    read, skipped or rendered to no token (in permutation order, the stream's first ones)."""
-    from ..sources.mixture import read_by_source
-
-    stats = record.stats
-    firsts, selections = record.inputs.selections
-    consumed = stats.conversations_read + len(record.skipped) + len(stats.empty_render_positions)
-    return read_by_source(firsts, selections, record.config.seed, consumed)
-
-
 def funnel(record: BuildRecord, read: list[int]) -> dict[str, Any]:
     """counts.funnel: {"total": box -> count, "sources": [the same per source, with its name]}; `read`
-    is read_per_source(record)."""
+    is what the stream handed the packer, by source (BuildRecord.read)."""
     inputs, stats, skipped = record.inputs, record.stats, record.skipped
     firsts, _ = inputs.selections
     n = len(inputs.sources)

@@ -19,7 +19,7 @@ from ..utils.files import replace_durably
 from ..utils.versions import library_versions
 from ..sources.dedup import DEDUP_RULE, duplicate_record
 from .record import BuildRecord
-from .funnel import funnel, read_per_source, rows_at
+from .funnel import funnel, rows_at
 
 if TYPE_CHECKING:
     from ..pack.rows import PackStats
@@ -39,7 +39,7 @@ def build_manifest(record: BuildRecord) -> dict[str, Any]:
     config, inputs, packing, stats = record.config, record.inputs, record.packing, record.stats
     skipped, encoder_pins = record.skipped, record.encoder_pins
     total = stats.tokens_kept
-    read = read_per_source(record)  # one permutation for counts.sources and counts.funnel
+    read = list(record.read) or [0] * len(inputs.sources)  # before the first row: none read
     return {
         "format": FORMAT,
         "name": config.name,
@@ -153,7 +153,7 @@ def source_pins(source) -> dict[str, Any]:
 
 def source_counts(record: BuildRecord, read: list[int]) -> list[dict[str, Any]]:
     """counts.sources[i]: each source's share of every conversation count; they add up to the totals.
-    `read` is funnel.read_per_source(record): the stream positions the packer was handed, by source,
+    `read` is record.read: the stream positions the packer was handed, by source,
     of which the skipped and the empty renders are not conversations read."""
     from ..sources.mixture import source_of
 

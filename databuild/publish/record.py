@@ -34,3 +34,6 @@ class BuildRecord:
     duplicates: tuple[BadConversation, ...] = ()  # dedup: exact's, in source order (before the build: none)
     held_out: tuple[BadConversation, ...] = ()  # the training stream's rows the validation split takes
     validation: dict[str, Any] | None = None  # the training build's validation file (build.validation_record)
+    # per source, in config order: the conversations the stream handed the packer (read, skipped or rendered
+    # to no token; an expanded one once), as the build counted them (sources.mixture.counting_by_source)
+    read: tuple[int, ...] = ()

@@ -16,14 +16,18 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Sequence
+from bisect import bisect_right
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import TypeVar
 
 import numpy as np
 
 from ..errors import BuildError
 from .permute import inverse_permutation, permutation
+
+T = TypeVar("T")  # a tokenized conversation (records.conversation), read for its origin and part
 
 MAX_TAKE = 2**32  # rows one take may select, repeats included (its row numbers are held in memory)
 TAKE_STREAM = 1  # the selection's random stream is default_rng([seed, TAKE_STREAM]): not the permutation's
@@ -102,14 +106,13 @@ def mixed_of_positions(firsts: Sequence[int], selections: Sequence[np.ndarray], 
     return taken[permutation(len(taken), seed)[np.asarray(positions, dtype=np.int64)]]
 
 
-def read_by_source(firsts: Sequence[int], selections: Sequence[np.ndarray], seed: int,
-                   stream_read: int) -> list[int]:
-    """How many of the first `stream_read` stream positions each source holds."""
-    if not stream_read:  # a manifest written before the first row (make's up-to-date check): no permutation
-        return [0] * len(firsts)
-    taken = mixed_rows(firsts, selections)
-    read = taken[permutation(len(taken), seed)[:stream_read]]
-    return np.bincount(source_of(firsts, read), minlength=len(firsts)).tolist()
+def counting_by_source(stream: Iterable[T], firsts: Sequence[int], read: list[int]) -> Iterator[T]:
+    """The tokenized stream unchanged, each conversation it hands on counted in `read` by the config
+    position of its source (a conversation expanded into samples once, at its first)."""
+    for conversation in stream:
+        if conversation.part == 0:
+            read[bisect_right(firsts, conversation.origin.index) - 1] += 1
+        yield conversation
 
 
 def source_of(firsts: Sequence[int], rows) -> np.ndarray:
