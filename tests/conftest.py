@@ -59,11 +59,27 @@ def private_tmp(monkeypatch):
     import shutil
     import tempfile
 
+    _fork_server_outside_private_tmp()
     directory = Path(tempfile.mkdtemp(prefix="databuild-test-"))
     monkeypatch.setenv("TMPDIR", str(directory))
     monkeypatch.setattr(tempfile, "tempdir", str(directory))
     yield directory
     shutil.rmtree(directory, ignore_errors=True)
+
+
+def _fork_server_outside_private_tmp() -> None:
+    """multiprocessing's fork server serves this test process from its first build to its exit, through a
+    socket in the $TMPDIR of its start: started under one test's private_tmp, it would lose its socket when
+    that folder goes, and every later build with workers in this process would fail ('the encode processes
+    did not start: FileNotFoundError'). Which test starts it first depends on which files this process runs
+    (a file alone, a -k selection, pytest-xdist's share), so it is started here first, in the real $TMPDIR."""
+    from multiprocessing import forkserver
+
+    from databuild.executors.workers import start_resource_tracker, worker_context
+
+    if worker_context().get_start_method() == "forkserver":
+        start_resource_tracker()
+        forkserver.ensure_running()
 
 
 @pytest.fixture(scope="session")

@@ -113,7 +113,7 @@ def test_aliases_that_expand_past_the_limit_are_one_line(tmp_path):
     from databuild.config.load import MOST_CONFIG_NODES
 
     path = _with_lines(tmp_path, description="free text", template_kwargs=f"{{a: {_aliases(9)}}}", seed="*a9")
-    result = _make_cli(path, tmp_path / "o", timeout=30)
+    result = _make_cli(path, tmp_path / "o", timeout=120)
     assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr[:300]
     assert f"its aliases (*name) expand to more than {MOST_CONFIG_NODES:,} values" in result.stderr
 

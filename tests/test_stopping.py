@@ -21,8 +21,10 @@ from databuild.build import make
 from databuild.sources.spill_folder import OWNER_FILE, spill_folder
 
 # The CLI's make with a pause planted where the test stops it: PAUSE is "spill" (the first pass over the
-# source, read one row at a time so that it takes seconds) or "encode" (after the first conversations are
-# encoded, the rest of the stream in flight). The marker file says the pause is reached.
+# source, read one row a second, so that the pass would take minutes) or "encode" (after the first
+# conversations are encoded, the rest of the stream in flight, held for two minutes). The marker file says
+# the pause is reached. Either would outlast STOPPED_WITHIN by far if the signal did not cut it short, and
+# STOPPED_WITHIN leaves a loaded machine (a parallel test run beside other work) time for the clean-up.
 PAUSED_MAKE = textwrap.dedent("""
     import sys, time
     from pathlib import Path
@@ -38,7 +40,7 @@ PAUSED_MAKE = textwrap.dedent("""
             for offset, batch, refused, dropped in batches(file, groups):
                 for k in range(batch.num_rows):
                     marker.write_text("spilling")
-                    time.sleep(0.1)
+                    time.sleep(1)
                     yield (offset + k, batch.slice(k, 1), {i - k: r for i, r in refused.items() if i == k},
                            type(dropped)({0: dropped[k]} if k in dropped else {}))
         spill.iter_batches = one_row_at_a_time
@@ -55,6 +57,9 @@ PAUSED_MAKE = textwrap.dedent("""
     sys.argv = ["databuild", *sys.argv[3:]]
     main()
 """)
+
+
+STOPPED_WITHIN = 60  # seconds from the signal to the exit
 
 
 def stopped_make(tmp_path: Path, pause: str, signum: int, *options: str) -> tuple[subprocess.CompletedProcess, float]:
@@ -93,7 +98,7 @@ def test_a_stopped_make_cleans_up_says_so_in_one_line_and_the_next_builds_the_sa
     assert result.stderr == (f"error: databuild make {TINY_CONFIG} interrupted by {name}; nothing was written under "
                              "the final names, and its temporary files were removed\n"), result.stderr
     assert result.stdout == ""
-    assert seconds < 10  # the spill's threads stop at their next batch; an encode does not run to its end
+    assert seconds < STOPPED_WITHIN  # the spill's threads stop at their next batch; an encode does not run to its end
     assert list(private_tmp.iterdir()) == []  # no spill folder, nothing else
     out = tmp_path / "out"
     assert sorted(p.name for p in out.iterdir()) == [TINY_LOCK]  # the lock file stays by design (publish/lock.py)
