@@ -17,8 +17,8 @@ if TYPE_CHECKING:
 
     from .build import BuildResult
     from .compare import Diff
-    from .export import ExportResult
-    from .verify import Report
+    from .exports import ExportResult
+    from .verification import Report
 
 Result = TypeVar("Result")
 
@@ -82,7 +82,7 @@ def export(file: str | Path, to: str, out: str | Path) -> ExportResult:
     """Write a verified row file in a trainer's format ("megatron-bridge", "miles", "hf") to `out`
     (a name ending in .parquet), with a manifest and the trainer's configuration beside it; nothing
     is written when `file` does not verify."""
-    from .export import export as run_export
+    from .exports import export as run_export
 
     return run_export(Path(file), to, Path(out))
 
@@ -96,9 +96,9 @@ def load(file: str | Path) -> datasets.Dataset:
     import datasets
     import pyarrow as pa
 
-    from .export.hf import HfFormat
-    from .export.stream import source_kind, verified_source
-    from .export.trl_preference import DpoFormat, KtoFormat
+    from .exports.hf import HfFormat
+    from .exports.stream import source_kind, verified_source
+    from .exports.trl_preference import DpoFormat, KtoFormat
 
     file = Path(file)
     layout = {"packed": HfFormat, "paired": DpoFormat, "unpaired": KtoFormat}[source_kind(verified_source(file))]()
@@ -116,10 +116,10 @@ def verify_file(parquet: Path, manifest: Path | None = None, recipe: Path | None
     Returns the report, what was checked, in words, and the `databuild diff` command that explains a
     failure (diff_hint); raises UsageError for an option that does not
     apply, UnreadableError for a file that is not there."""
-    from .export.check import export_manifest_of, verify_export
-    from .verify import Expected, UsageError, diff_hint, gather, verify
+    from .exports.check import export_manifest_of, verify_export
+    from .verification import Expected, UsageError, diff_hint, gather, verify
 
-    from .verify.preference import is_preference_file, refuse_options, verify_preference
+    from .verification.preference import is_preference_file, refuse_options, verify_preference
 
     described = export_manifest_of(parquet, manifest)
     if described is not None and source is not None and is_preference_file(source):  # a trl-dpo, trl-kto export

@@ -161,7 +161,7 @@ def make(name, out_dir, offline, dataset_dir, tokenizer_dir, workers, batch_size
     echo_funnel(result.data)
     if recipe is not None:
         from .publish.recipe import update_recipe
-        from .verify import gather, verify
+        from .verification import gather, verify
 
         report = verify(result.parquet, gather(result.parquet, result.manifest))
         if report.failures:
@@ -210,7 +210,7 @@ def _make_preference(config, out_dir, force, offline, workers, batch_size, execu
     if recipe is not None:
         from .publish.preference import recipe_values
         from .publish.recipe import update_recipe
-        from .verify.preference import verify_preference
+        from .verification.preference import verify_preference
 
         report, _ = verify_preference(result.parquet, result.manifest)
         if report.failures:

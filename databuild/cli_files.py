@@ -40,7 +40,7 @@ def hash_command(parquet):
       databuild hash build/muse-spark-tiny-fixed512-v1.parquet
     """
     from .rowfile.hashes import hash_parquet
-    from .verify.preference import is_preference_file
+    from .verification.preference import is_preference_file
 
     if is_preference_file(parquet):  # a preference row file: its own figures (rowfile/preference.py)
         from .rowfile.preference import figures_of
@@ -94,7 +94,7 @@ def verify_command(parquet, manifest, recipe, rows_sha256, parquet_sha256, segme
     """
     from .rowfile.schema import UnreadableError
     from .api import verify_file
-    from .verify import EXIT_DIFFERENT, EXIT_UNREADABLE, EXIT_USAGE, UsageError
+    from .verification import EXIT_DIFFERENT, EXIT_UNREADABLE, EXIT_USAGE, UsageError
 
     try:
         report, checked, hint = verify_file(parquet, manifest, recipe, rows_sha256, parquet_sha256, segments_sha256, source)
@@ -145,7 +145,7 @@ def export_command(parquet, to, out):
       databuild export build/PAIRS.parquet --to trl-dpo -o dpo/PAIRS.parquet
       databuild verify hf/NAME.parquet --from build/NAME.parquet
     """
-    from .export import export, make_format
+    from .exports import export, make_format
 
     result = export(parquet, to, out)
     counts, layout = result.data["counts"], make_format(to)

@@ -167,7 +167,7 @@ def diff(a, b, everything, name_or_dir):
     """
     from .compare import diff as run_diff
     from .views.diff import pinned_tokenizers, render
-    from .verify.preference import is_preference_file
+    from .verification.preference import is_preference_file
 
     preference = [Path(side).suffix == ".parquet" and is_preference_file(Path(side)) for side in (a, b)]
     if any(preference):  # two preference row files (compare_pairs.py)

@@ -16,7 +16,7 @@ from .errors import BuildError
 from .publish.manifest import manifest_path
 from .publish.manifest_diff import ABSENT, changes
 from .publish.manifest_read import read_manifest
-from .verify import gather, verify
+from .verification import gather, verify
 
 PINNED = ("format", "name", "build", "inputs", "versions")
 SHOWN = 60  # characters of a differing value quoted in a message

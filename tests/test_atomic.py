@@ -21,7 +21,7 @@ from conftest import REPO, TINY, TINY_CONFIG, TINY_LOCK, write_config
 from databuild.build import make
 from databuild.cli import main
 from databuild.encode.encoder import Encoder
-from databuild.verify import gather, verify
+from databuild.verification import gather, verify
 
 
 def names(directory):

@@ -21,7 +21,7 @@ from conftest import REPO, SOURCE_DIR, TINY, TINY_LOCK, TOKENIZER_DIR, write_con
 from databuild.build import make
 from databuild.config import load_config
 from databuild.errors import BuildError
-from databuild.verify import gather, verify
+from databuild.verification import gather, verify
 
 GOLDEN = json.loads((REPO / "tests" / "golden" / f"{TINY}.json").read_text())
 KWARGS = {"current_date": "2026-10-01", "reasoning_effort": "xhigh"}

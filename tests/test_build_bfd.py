@@ -15,7 +15,7 @@ from conftest import BFD_WINDOW, TINY, TINY_LOCK, write_config
 from databuild.build import make
 from databuild.config import load_config
 from databuild.publish.recipe import recipe_values
-from databuild.verify import gather, verify
+from databuild.verification import gather, verify
 from test_build import independent_conversations, run_cli
 
 

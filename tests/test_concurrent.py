@@ -25,7 +25,7 @@ from conftest import REPO, TINY, TINY_CONFIG, TINY_LOCK, write_config
 from databuild.build import make
 from databuild.config import load_config
 from databuild.publish.lock import lock_path
-from databuild.verify import gather, verify
+from databuild.verification import gather, verify
 
 BUILD_FILES = sorted([TINY_LOCK, f"{TINY}.parquet", f"{TINY}.manifest.json"])
 

@@ -27,7 +27,7 @@ from databuild.build import make
 from databuild.config import load_config
 from databuild.encode.encoder import Encoder
 from databuild.errors import BuildError
-from databuild.verify import gather, verify
+from databuild.verification import gather, verify
 
 MAKE = textwrap.dedent("""
     import sys

@@ -20,8 +20,8 @@ from click.testing import CliRunner
 import trainer_readers as readers
 from conftest import REPO, TINY, write_config, verify_cli
 from databuild.cli import main
-from databuild.export import make_format
-from databuild.export.stream import write_export
+from databuild.exports import make_format
+from databuild.exports.stream import write_export
 from databuild.integrations import miles as rollout
 from databuild.rowfile.hashes import ParquetSummary, hash_parquet
 from databuild.rowfile.write import SCHEMA, WRITER_OPTIONS
@@ -227,9 +227,9 @@ def test_the_miles_rollout_runs_without_databuilds_dependencies(exports):
 
 
 def test_the_api_names_stay_functions_when_their_modules_load():
-    """databuild.verify and databuild.export are the API's functions, though modules of those names
-    load later (the package imports neither up front)."""
-    ran = subprocess.run([sys.executable, "-c", "import databuild, databuild.verify, databuild.export.hf, inspect; "
+    """databuild.verify and databuild.export are the API's functions, and stay so once the packages that do
+    the work (databuild.verification, databuild.exports) load."""
+    ran = subprocess.run([sys.executable, "-c", "import databuild, databuild.verification, databuild.exports.hf, inspect; "
                           "print(inspect.isfunction(databuild.verify), inspect.isfunction(databuild.export))"],
                          capture_output=True, text=True)
     assert ran.stdout.split() == ["True", "True"], ran.stderr

@@ -1,4 +1,4 @@
-"""The preference export. Its cut (databuild/export/preference.py), on hand-made native rows: a
+"""The preference export. Its cut (databuild/exports/preference.py), on hand-made native rows: a
 completion's untrained head joins the prompt when the pair shares it, its untrained tail is left out
 and counted, the tokens between carry their target mask (0 inside a multi-turn completion); a
 completion without a target is refused in one line naming the row, the id and the side; for any
@@ -19,7 +19,7 @@ from hypothesis import given, settings, strategies as st
 
 from conftest import run, verify_cli
 from databuild.errors import BuildError
-from databuild.export.preference import DPO_SCHEMA, KTO_SCHEMA, dpo_table, kto_table
+from databuild.exports.preference import DPO_SCHEMA, KTO_SCHEMA, dpo_table, kto_table
 
 
 def pairs(*rows) -> pa.Table:

@@ -17,7 +17,7 @@ import trainer_readers as readers
 from conftest import write_config
 from databuild.build import make
 from databuild.config import load_config
-from databuild.export.check import export_manifest_of, verify_export
+from databuild.exports.check import export_manifest_of, verify_export
 from test_export import EOS, expected_pairs, native_rows
 from test_trainer_configs import launch_bridge
 

@@ -19,7 +19,7 @@ from ruamel.yaml import YAML
 
 from conftest import TINY, record_count, write_config
 from databuild.cli import main
-from databuild.verify import gather, verify
+from databuild.verification import gather, verify
 
 FIXED = settings(derandomize=True, database=None, deadline=None, print_blob=False,
                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])

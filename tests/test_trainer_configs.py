@@ -20,9 +20,9 @@ from ruamel.yaml import YAML
 import databuild
 import trainer_configs as configs
 import trainer_readers as readers
-from databuild.export import make_format
-from databuild.export.check import verify_export
-from databuild.export.stream import write_export
+from databuild.exports import make_format
+from databuild.exports.check import verify_export
+from databuild.exports.stream import write_export
 from databuild.integrations import miles as rollout
 from test_export import EOS, expected_pairs, native_rows, padded_file
 

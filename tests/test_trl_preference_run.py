@@ -28,7 +28,7 @@ import pytest
 
 import databuild
 from conftest import TOKENIZER_DIR
-from databuild.export.trl_preference import DpoFormat, KtoFormat
+from databuild.exports.trl_preference import DpoFormat, KtoFormat
 
 torch = pytest.importorskip("torch", reason="torch is not installed (an optional test: pip install torch trl==1.9.0)")
 trl = pytest.importorskip("trl", reason="trl is not installed (an optional test: pip install trl==1.9.0)")

@@ -282,7 +282,7 @@ def test_a_recipe_ratio_that_is_not_a_number_is_one_line(copy, tmp_path):
 
 def test_an_expectation_verify_cannot_check_fails_closed(copy):
     """A figure verify does not compute, or cannot read, is a failure, never silently skipped."""
-    from databuild.verify import Expectation, Expected, verify
+    from databuild.verification import Expectation, Expected, verify
 
     parquet, _ = copy
     report = verify(parquet, Expected([Expectation("rows_sha512", "00", "a newer recipe")]))

@@ -33,7 +33,7 @@ from ..rowfile.preference import PairFigures, write_pairs
 from ..rowfile.write import partial_path, partials
 from ..sources.spill_folder import remove_stale_spill_folders
 from ..utils.files import file_sha256
-from ..verify.preference import verify_preference
+from ..verification.preference import verify_preference
 from .length import Lengths, kept
 
 DEFAULT_BATCH = 256  # records per tokenizer batch

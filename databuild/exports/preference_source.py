@@ -1,4 +1,4 @@
-"""A preference row file as an export's source: verified against its manifest (verify/preference.py)
+"""A preference row file as an export's source: verified against its manifest (verification/preference.py)
 before a row is read, and the figures the export's manifest records of it."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 from ..errors import BuildError
 from ..publish.manifest import manifest_path
 from ..publish.preference import read_preference_manifest
-from ..verify.preference import verify_preference
+from ..verification.preference import verify_preference
 
 
 @dataclass(frozen=True)

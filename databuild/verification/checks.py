@@ -1,4 +1,4 @@
-"""Checking a row file against its expectations (verify/expectations.py), failing closed: every check that
+"""Checking a row file against its expectations (verification/expectations.py), failing closed: every check that
 fails is reported with what was expected and what was found; with a manifest's row digests, the first
 differing row is named too. Exit codes: 0 verified, 1 a difference, 2 a usage error (an option that
 does not apply is refused, never ignored), 3 the file is unreadable (missing included)."""

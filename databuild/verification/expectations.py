@@ -1,6 +1,6 @@
 """What a row file must match, gathered for `databuild verify`: the figures of a manifest (by default the
 one beside the file), of a recipe's `workload.dataset` block, or hashes given on the command line,
-each named by where it comes from; verify/checks.py checks a file against them."""
+each named by where it comes from; verification/checks.py checks a file against them."""
 
 from __future__ import annotations
 

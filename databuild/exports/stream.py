@@ -24,8 +24,8 @@ from ..rowfile.hashes import ParquetSummary
 from ..rowfile.write import WRITER_OPTIONS, partial_path
 from ..utils.files import file_sha256, replace_durably
 from ..utils.versions import library_versions
-from ..verify import gather, verify
-from ..verify.preference import is_preference_file
+from ..verification import gather, verify
+from ..verification.preference import is_preference_file
 from .preference_source import PreferenceSummary, verified_preference
 from .content import ContentHasher
 from ..rowfile.read import RowBlock, read_blocks
@@ -89,7 +89,7 @@ class ExportResult:
 
 def verified_source(source: Path) -> ParquetSummary | PreferenceSummary:
     """The native file's figures, once it verifies against the manifest beside it; else one line. A
-    preference row file is verified by its own checks (verify/preference.py)."""
+    preference row file is verified by its own checks (verification/preference.py)."""
     source = Path(source)
     if is_preference_file(source):
         return verified_preference(source)

@@ -2,7 +2,7 @@
 and every row's checks (a prompt, masks of 0 and 1 as long as their ids with a target in each completion,
 chosen and rejected not the same, token ids below the tokenizer's size, the declared lengths), then every
 figure and hash the manifest (or the command line) gives, each difference named; with the manifest's row
-digests, the first differing row too. Exit codes as for the SFT file (verify/checks.py)."""
+digests, the first differing row too. Exit codes as for the SFT file (verification/checks.py)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""trl-dpo and trl-kto: preference rows in TRL's tokenized columns (export/preference.py), and beside
-them the DPOConfig / KTOConfig arguments and a train script (export/trl_script.py) that reads them.
+"""trl-dpo and trl-kto: preference rows in TRL's tokenized columns (exports/preference.py), and beside
+them the DPOConfig / KTOConfig arguments and a train script (exports/trl_script.py) that reads them.
 
 TRL (huggingface/trl@f2cd5771, released as trl 1.9.0, whose trainer files are the same) has no input
 for tokenized preference rows: DPOTrainer.__init__ runs _prepare_dataset on every text dataset

@@ -21,7 +21,7 @@ from ..publish.manifest import manifest_path
 from ..rowfile.write import partials
 from ..utils import json_depth
 from ..utils.files import file_sha256
-from ..verify import Expected, Report, UsageError, differences, row_differences
+from ..verification import Expected, Report, UsageError, differences, row_differences
 from .content import ContentHasher
 from .stream import FORMAT
 
@@ -146,7 +146,7 @@ def _check_against_source(out: Path, manifest: dict[str, Any], source: Path, rep
     from .stream import verified_source, write_export
 
     summary = verified_source(source)
-    if native is not None:  # a packed source's pins (a preference source's are verify/preference.py's: api)
+    if native is not None:  # a packed source's pins (a preference source's are verification/preference.py's: api)
         report.failures += [f"{source.name}: {line}" for line in differences(native, summary)]
     for field in ("rows_sha256", "parquet_sha256"):
         if manifest["source"][field] != getattr(summary, field):
