@@ -111,7 +111,8 @@ def make(config: BuildConfig, out_dir: Path, *, force: bool = False, offline: bo
     started = time.perf_counter()
     final = Path(out_dir) / f"{config.name}.parquet"
     remove_stale_spill_folders()  # a killed build's, whether or not this one builds
-    start_early(executor, workers)  # the workers' fork server imports while this process pins
+    if force or not manifest_path(final).exists():  # it builds: its workers' fork server imports while it pins
+        start_early(executor, workers)
     pinned = pin(config, offline)
     split = validation_split(pinned) if config.validation is not None else None
     validation_final = final.with_name(f"{config.name}.validation.parquet")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -82,8 +83,11 @@ def repin_hint(config: BuildConfig) -> str:
             "--rows and --row-tokens that wrote the config (a new version of it: its rows change)")
 
 
-def resolve_inputs(config: BuildConfig, offline: bool = False) -> ResolvedInputs:
-    """Locate, and check, every input of a build; nothing is tokenized before this returns."""
+def resolve_inputs(config: BuildConfig, offline: bool = False,
+                   tokenizer_checked: Callable[[Path], None] | None = None) -> ResolvedInputs:
+    """Locate, and check, every input of a build; nothing is tokenized before this returns.
+    `tokenizer_checked` is called with the tokenizer's folder once its files are checked against their
+    pins, before the sources are (a build starts loading the tokenizer then: prepare.pin)."""
     offline = offline_mode(offline)
     # whether the hub answers, asked once for every input it holds
     hub_inputs = config.tokenizer.dir is None or any(spec.dir is None for spec in config.sources)
@@ -102,6 +106,8 @@ def resolve_inputs(config: BuildConfig, offline: bool = False) -> ResolvedInputs
     if config.tokenizer.dir is None:
         for name, digest in tokenizer_hashes:
             check_cached_blob(tokenizer_dir / name, tokenizer_dir, f"{where}: {name}", digest)
+    if tokenizer_checked is not None:
+        tokenizer_checked(tokenizer_dir)
 
     sources, first = [], 0
     for spec in config.sources:
