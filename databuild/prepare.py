@@ -61,7 +61,7 @@ def pin(config: BuildConfig, offline: bool = False) -> Pinned:
 def encoder_of(config: BuildConfig, inputs: ResolvedInputs, train_turns: str, tokenizer=None) -> tuple:
     """(the tokenizer, the encoder of the config's template, strategy and ends of turn), the template compiled;
     the tokenizer loaded here unless given."""
-    tokenizer = tokenizer or load_tokenizer(inputs.tokenizer_dir)
+    tokenizer = load_tokenizer(inputs.tokenizer_dir) if tokenizer is None else tokenizer
     renderer = Renderer.for_tokenizer(tokenizer, config.template_kwargs_dict, config.chat_template_name,
                                       config.render_timeout)
     renderer.compile()
