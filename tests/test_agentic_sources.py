@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import write_config
+from source_folders import write_source
 from databuild.build import make
 from databuild.prepare import prepare
 from databuild.config import load_config
@@ -81,13 +82,6 @@ def config_for(tmp_path: Path, tokenizer: Path, source: Path, fmt, rows: int, ro
                         stop_tokens_in_fields=entry.pop("stop_tokens_in_fields", None),  # the default: refuse
                         sources=[{"repo": "org/agentic", "revision": COMMIT, "dir": str(source), "format": fmt,
                                   **entry}], tokenizer={"dir": str(tokenizer), "sha256": pins})
-
-
-def write_source(root: Path, tables: list[pa.Table]) -> Path:
-    (root / "data").mkdir(parents=True)
-    for k, table in enumerate(tables):
-        pq.write_table(table, root / "data" / f"train-{k:05d}-of-{len(tables):05d}.parquet")
-    return root
 
 
 def nulls_below(value) -> int:

@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import REPO, SOURCE_DIR, TINY, TINY_LOCK, TOKENIZER_DIR, write_config
+from source_folders import OK_ROWS, write_chat_source
 from databuild.build import make
 from databuild.config import load_config
 from databuild.errors import BuildError
@@ -199,22 +200,9 @@ def test_output_does_not_depend_on_workers_batches_windows_or_spill_passes(tiny_
     assert result.manifest.read_bytes() == tiny_build.manifest.read_bytes()
 
 
-OK_ROWS = [(f"ok-{i}", [("user", f"question {i} " * 30), ("assistant", f"answer {i} " * 30)]) for i in range(7, 40)]
-
-
-def write_source(tmp_path: Path, rows) -> Path:
-    kind = pa.list_(pa.struct([("content", pa.string()), ("role", pa.string())]))
-    table = pa.table({"id": [r[0] for r in rows],
-                      "messages": pa.array([[{"content": c, "role": role} for role, c in r[1]] for r in rows], kind),
-                      "source": ["bad"] * len(rows)})
-    (tmp_path / "src" / "data").mkdir(parents=True)
-    pq.write_table(table, tmp_path / "src" / "data" / "train-00000-of-00001.parquet")
-    return tmp_path / "src"
-
-
 def bad_source(tmp_path: Path) -> Path:
     """A one-file source whose rows 1, 3, 4 and 6 are malformed."""
-    return write_source(tmp_path, [
+    return write_chat_source(tmp_path, [
         ("ok-0", [("user", "hi"), ("assistant", "hello")]),
         ("bad-role", [("user", "hi"), ("robot", "beep")]),
         ("ok-2", [("user", "a"), ("assistant", "b")]),
@@ -272,7 +260,7 @@ def test_skip_policy_counts_and_lists_every_skip(tmp_path):
 
 
 def test_a_conversation_the_template_refuses_is_one_line_naming_file_row_and_id(tmp_path):
-    config = write_config(tmp_path / "strict.yaml", source={"dir": str(write_source(tmp_path, OK_ROWS))},
+    config = write_config(tmp_path / "strict.yaml", source={"dir": str(write_chat_source(tmp_path, OK_ROWS))},
                           tokenizer=strict_tokenizer(tmp_path), rows=4)
     out = tmp_path / "out"
     result = run_cli("make", str(config), "--out", str(out))

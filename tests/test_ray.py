@@ -179,10 +179,10 @@ def test_actor_methods_run_on_the_worker_main_thread(ray_instance):
 def test_a_render_that_never_ends_stops_a_ray_build_in_one_line(ray_instance, tmp_path):
     from conftest import write_config
     from databuild.config import load_config
-    from test_build import OK_ROWS, write_source
+    from source_folders import OK_ROWS, write_chat_source
     from test_render_limit import endless_tokenizer
 
-    config = load_config(write_config(tmp_path / "c.yaml", source={"dir": str(write_source(tmp_path, OK_ROWS))},
+    config = load_config(write_config(tmp_path / "c.yaml", source={"dir": str(write_chat_source(tmp_path, OK_ROWS))},
                                       tokenizer=endless_tokenizer(tmp_path), rows=4, render_timeout=1,
                                       on_bad_conversation="skip"))
     with pytest.raises(BuildError, match=r"^conversation 'ok-1.*a render of it took longer than 1 s \(render_timeout\)"

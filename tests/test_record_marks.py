@@ -17,7 +17,8 @@ from databuild.config import load_config
 from databuild.publish.manifest_read import manifest_beside
 from databuild.rowfile.read import open_parquet, read_rows
 from databuild.views.record_marks import record_marks
-from test_agentic_sources import WEATHER, call, config_for, write_source
+from source_folders import write_source
+from test_agentic_sources import WEATHER, call, config_for
 from test_build import run_cli
 
 # fields whose text spells another kind's markup: a tool result spelling reasoning, an answer spelling a

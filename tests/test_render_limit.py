@@ -13,7 +13,7 @@ import pytest
 
 from conftest import TINY_LOCK, TOKENIZER_DIR, write_config
 from databuild.errors import BuildError
-from test_build import OK_ROWS, write_source
+from source_folders import OK_ROWS, write_chat_source
 
 def run_cli(*args):
     """The command line, stopped after two minutes: without the limit it ran for good."""
@@ -48,7 +48,7 @@ def endless_tokenizer(tmp_path: Path, when: str = '"answer 1" in message.content
 
 @pytest.mark.parametrize("workers", ["1", "2"])
 def test_a_render_that_never_ends_stops_the_build_in_one_line(tmp_path, sixteen_cores, workers):
-    config = write_config(tmp_path / "c.yaml", source={"dir": str(write_source(tmp_path, OK_ROWS))},
+    config = write_config(tmp_path / "c.yaml", source={"dir": str(write_chat_source(tmp_path, OK_ROWS))},
                           tokenizer=endless_tokenizer(tmp_path), rows=4, on_bad_conversation="skip")
     out = tmp_path / "out"
     result = run_cli("make", str(config), "--out", str(out), "--workers", workers, "--render-timeout", "1")
@@ -63,7 +63,7 @@ def test_the_limit_is_the_configs(tmp_path):
     from databuild.build import make
     from databuild.config import load_config
 
-    config = load_config(write_config(tmp_path / "c.yaml", source={"dir": str(write_source(tmp_path, OK_ROWS))},
+    config = load_config(write_config(tmp_path / "c.yaml", source={"dir": str(write_chat_source(tmp_path, OK_ROWS))},
                                       tokenizer=endless_tokenizer(tmp_path), rows=4, render_timeout=0.5))
     assert config.render_timeout == 0.5
     with pytest.raises(BuildError, match=r"took longer than 0.5 s \(render_timeout\)"):
@@ -112,7 +112,7 @@ def test_a_build_on_a_thread_of_its_own_is_bounded_too(tmp_path):
     from databuild.build import make
     from databuild.config import load_config
 
-    config = load_config(write_config(tmp_path / "c.yaml", source={"dir": str(write_source(tmp_path, OK_ROWS))},
+    config = load_config(write_config(tmp_path / "c.yaml", source={"dir": str(write_chat_source(tmp_path, OK_ROWS))},
                                       tokenizer=endless_tokenizer(tmp_path), rows=4, render_timeout=0.5))
     raised = []
 

@@ -9,7 +9,7 @@ from databuild.config import load_config
 from databuild.rowfile.row_digests import Occurrences
 
 from conftest import write_config
-from test_build import OK_ROWS, write_source
+from source_folders import OK_ROWS, write_chat_source
 
 
 def test_occurrences_tell_a_repeat_from_a_conversation_cut_across_rows():
@@ -26,7 +26,7 @@ def repeated_source(tmp_path, changed: str = ""):
     """OK_ROWS with the ids of rows 1 and 2 set to row 0's, and row 2's answer changed by `changed`."""
     rows = [(OK_ROWS[0][0] if k in (1, 2) else cid, [(role, text + (changed if k == 2 and role == "assistant" else ""))
                                                       for role, text in turns]) for k, (cid, turns) in enumerate(OK_ROWS)]
-    return write_source(tmp_path, rows)
+    return write_chat_source(tmp_path, rows)
 
 
 def test_repeated_ids_are_counted_and_diff_compares_each_conversation(tmp_path):

@@ -20,7 +20,8 @@ from databuild.config import load_config
 from databuild.encode.render import Renderer, load_tokenizer
 from databuild.errors import BuildError
 from families import FAMILIES, family_tokenizer
-from test_agentic_sources import CLOCK, WEATHER, call, config_for, write_source
+from source_folders import write_source
+from test_agentic_sources import CLOCK, WEATHER, call, config_for
 from test_build import KWARGS
 
 FILE = "data/train-00000-of-00001.parquet"
