@@ -205,7 +205,8 @@ def _make_preference(config, out_dir, force, offline, workers, batch_size, execu
                + f"  rows_sha256            {s['rows_sha256']}\n"
                f"  parquet_sha256         {s['parquet_sha256']}\n"
                f"  parquet_bytes          {s['parquet_bytes']:,}\n"
-               + (f"  time                   {result.seconds:.1f} s\n" if result.built is not None else "")
+               + (f"  time                   {result.seconds:.1f} s ({counts['pairs_read'] / max(result.seconds, 1e-9):,.0f} "
+                  "pairs read/s)\n" if result.built is not None else "")
                + f"  manifest               {result.manifest}")
     if recipe is not None:
         from .publish.preference import recipe_values

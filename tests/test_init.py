@@ -257,8 +257,12 @@ def test_inits_config_for_ones_own_data_builds_as_it_stands(tmp_path):
 def test_the_recipe_configs_stop_at_a_bad_conversation():
     from databuild.config import load_config
 
+    # The preference fixture plants pairs to refuse and count (a template error, no shared prompt: issue 34);
+    # its config skips them, as a build of one's own data does.
+    counting = {"muse-spark-tiny-preference-v1"}
     for path in sorted((REPO / "configs").glob("*.yaml")):
-        assert load_config(path).on_bad_conversation == "error", path
+        expected = "skip" if path.stem in counting else "error"
+        assert load_config(path).on_bad_conversation == expected, path
 
 
 @pytest.mark.parametrize("template, variables", [

@@ -135,8 +135,8 @@ class PairEncoder:
                                                   f"({prompt[at:at + 20]!r} against {text[at:at + 20]!r})")
             size = len(prompt_ids)
             if not np.array_equal(ids[:size], prompt_ids):
-                at = int(np.flatnonzero(ids[:size] != prompt_ids[:len(ids[:size])])[0]) if len(ids) >= size and (
-                    ids[:size] != prompt_ids).any() else min(size, len(ids))
+                differ = np.flatnonzero(ids[:size] != prompt_ids[:len(ids[:size])])
+                at = int(differ[0]) if differ.size else len(ids)  # else the sequence is shorter than its prompt
                 return Problem(PROMPT_TOKENS_NOT_PREFIX, f"{name}: the prompt's {size} tokens are not the first "
                                                          f"tokens of prompt and {name} (they differ at token {at}: "
                                                          "the prompt's last token and the completion's first merge)")

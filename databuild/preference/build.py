@@ -9,6 +9,7 @@ written last). As for SFT: up to date means done, under the output's lock (publi
 from __future__ import annotations
 
 import time
+from contextlib import closing
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
@@ -136,9 +137,10 @@ def _build(built: PinnedPairs, final: Path, processes: int, batch_size: int, win
     partial = partial_path(final)
     figures = PairFigures(built.kind)
     with preference_stream(config, inputs, *(() if window is None else (window,))) as stream:
-        keep = Kept(encode_pairs(batches(stream.records(), batch_size), built.encoder, processes), stream, config,
-                    built.kind)
-        written = write_pairs(islice(keep, config.rows), partial, built.kind, figures)
+        # closed as soon as the rows are written: worker processes stop then, not when collected
+        with closing(encode_pairs(batches(stream.records(), batch_size), built.encoder, processes)) as encoded:
+            keep = Kept(encoded, stream, config, built.kind)
+            written = write_pairs(islice(keep, config.rows), partial, built.kind, figures)
     try:
         if written < (config.rows or 1):
             raise _ran_out(written, config.rows, keep)
