@@ -211,6 +211,40 @@ def test_native_pins_are_checked_on_the_preference_source(built, dpo_export, tmp
     assert segments.exit_code == 2 and "--segments-sha256 does not apply to a preference row file" in segments.output
 
 
+@st.composite
+def native_pairs(draw):
+    """A pair's native ids and masks: a shared untrained head or not, targets anywhere, a tail or not."""
+    def completion(head):
+        body = draw(st.lists(st.tuples(st.integers(0, 99), st.integers(0, 1)), min_size=1, max_size=8))
+        body[draw(st.integers(0, len(body) - 1))] = (body[0][0], 1)  # one target at least
+        tail = draw(st.lists(st.integers(0, 99), max_size=3))
+        ids = head + [i for i, _ in body] + tail
+        return ids, [0] * len(head) + [m for _, m in body] + [0] * len(tail)
+    head = draw(st.lists(st.integers(0, 99), max_size=3))
+    other = head if draw(st.booleans()) else draw(st.lists(st.integers(0, 99), max_size=3))
+    prompt = draw(st.lists(st.integers(0, 99), min_size=1, max_size=5))
+    return ("p", prompt, *completion(head), *completion(other))
+
+
+@settings(derandomize=True, database=None, deadline=None, print_blob=False, max_examples=200)
+@given(st.lists(native_pairs(), min_size=1, max_size=4))
+def test_the_cut_keeps_every_target_and_nothing_else(rows):
+    """For any pairs: each scored sequence (prompt_ids + completion) is a prefix of the native prompt +
+    completion, the mask's 1s sit exactly on the native targets, and what is left out is untrained."""
+    out, tail = dpo_table(pairs(*rows), 0, "f.parquet")
+    dropped = 0
+    for mine, (_, prompt, *sides) in zip(out.to_pylist(), rows):
+        for side, (ids, mask) in zip(("chosen", "rejected"), (sides[:2], sides[2:])):
+            scored = mine["prompt_ids"] + mine[f"{side}_ids"]
+            assert scored == (prompt + ids)[:len(scored)]
+            start = len(mine["prompt_ids"]) - len(prompt)
+            assert mine[f"{side}_target_mask"] == mask[start:start + len(mine[f"{side}_ids"])]
+            assert not any(mask[:start]) and not any(mask[start + len(mine[f"{side}_ids"]):])
+            assert mine[f"{side}_target_mask"][-1] == 1
+            dropped += len(ids) - start - len(mine[f"{side}_ids"])
+    assert tail == dropped
+
+
 def _changed_row(rows, column):
     row = rows[2]
     return rows[:2] + [{**row, column: [1 - row[column][0]] + row[column][1:]}] + rows[3:]

@@ -9,7 +9,6 @@ import re
 import shutil
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from databuild.build import make

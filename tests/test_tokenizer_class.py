@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, PHI3, TEMPLATES, TOKENIZER_DIR
+from conftest import FIXTURES, PHI3, TOKENIZER_DIR
 
 from databuild.encode.render import load_tokenizer
 from databuild.encode.tokenizer_class import _from_name, tokenizer_class

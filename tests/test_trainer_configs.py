@@ -199,7 +199,7 @@ def test_two_exports_into_one_directory_keep_their_own_files(tiny_build, tmp_pat
 
 def fragment_argv(path: Path, **env: str) -> list[str]:
     """The flags as bash expands the written array."""
-    script = f'source "$1" && printf "%s\\0" "${{DATABUILD_ARGS[@]}}"'
+    script = 'source "$1" && printf "%s\\0" "${DATABUILD_ARGS[@]}"'
     done = subprocess.run(["bash", "-c", script, "bash", str(path)], capture_output=True, check=True,
                           env={"PATH": os.environ["PATH"], **env})
     return done.stdout.decode().split("\0")[:-1]
