@@ -43,7 +43,7 @@ def hash_command(parquet):
     from .verification.preference import is_preference_file
 
     if is_preference_file(parquet):  # a preference row file: its own figures (rowfile/preference.py)
-        from .rowfile.preference import figures_of
+        from .rowfile.preference_read import figures_of
 
         figures, digest, size = figures_of(parquet)
         for key, value in {**figures.record(), "parquet_sha256": digest, "parquet_bytes": size}.items():

@@ -20,7 +20,8 @@ from .publish.manifest import manifest_path
 from .publish.manifest_diff import Change, changes
 from .publish.preference import read_preference_manifest
 from .records.pair import COMPLETION_NAMES
-from .rowfile.preference import StoredPair, read_pairs, row_bytes
+from .rowfile.preference import row_bytes
+from .rowfile.preference_read import StoredPair, read_pairs
 
 
 @dataclass

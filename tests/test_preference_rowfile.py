@@ -10,7 +10,9 @@ import pytest
 
 from databuild.records.origin import Origin
 from databuild.records.pair import TokenizedPair
-from databuild.rowfile.preference import PairFigures, figures_of, read_pairs, schema, write_pairs
+from databuild.rowfile.preference import PairFigures, schema
+from databuild.rowfile.preference_read import figures_of, read_pairs
+from databuild.rowfile.preference_write import write_pairs
 from databuild.rowfile.schema import RowFormatError
 
 RNG = np.random.default_rng(7)

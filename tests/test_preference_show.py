@@ -15,7 +15,7 @@ from conftest import run
 from databuild.config import resolve_config
 from databuild.encode.render import load_tokenizer
 from databuild.preference.build import make_preference
-from databuild.rowfile.preference import read_pairs
+from databuild.rowfile.preference_read import read_pairs
 
 NAME = "muse-spark-tiny-preference-v1"
 OPTIONS = dict(skip_special_tokens=False, clean_up_tokenization_spaces=False)

@@ -66,7 +66,8 @@ def native_file(directory, unpaired: bool = False):
     template and strategy) into a preference row file (rowfile/preference.py); each pair as two unpaired
     rows when `unpaired` (chosen desirable, rejected not: TRL's unpair_preference_dataset). The file, and
     its rows as read back."""
-    from databuild.rowfile.preference import PairFigures, write_pairs
+    from databuild.rowfile.preference import PairFigures
+    from databuild.rowfile.preference_write import write_pairs
     from pairs import pair, pair_encoder
 
     records = []

@@ -30,7 +30,8 @@ from ..publish.manifest import manifest_path
 from ..publish.preference import DROPPED, full_manifest, pinned_manifest, read_preference_manifest
 from ..records.pair import TokenizedPair
 from ..records.problems import MALFORMED, BadConversation, on_bad_conversation, template_wide
-from ..rowfile.preference import PairFigures, write_pairs
+from ..rowfile.preference import PairFigures
+from ..rowfile.preference_write import write_pairs
 from ..rowfile.write import partial_path, partials
 from ..sources.spill_folder import remove_stale_spill_folders
 from ..utils.files import file_sha256

@@ -12,7 +12,8 @@ import pyarrow.parquet as pq
 
 from ..publish.manifest import manifest_path
 from ..publish.preference import read_preference_manifest
-from ..rowfile.preference import FORMAT as ROW_FORMATS, figures_of
+from ..rowfile.preference import FORMAT as ROW_FORMATS
+from ..rowfile.preference_read import figures_of
 from ..rowfile.schema import RowFormatError, UnreadableError
 from .checks import Report, UsageError, row_differences
 

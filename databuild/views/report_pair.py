@@ -13,7 +13,7 @@ import numpy as np
 
 from ..errors import BuildError
 from ..records.pair import COMPLETION_NAMES
-from ..rowfile.preference import read_pairs
+from ..rowfile.preference_read import read_pairs
 from .charts import _figure, svg_bars, svg_hbars, WIDE
 from .report import CSS, _flatten, _table
 from .show_pair import compose_pair, preference_manifest, preference_kind

@@ -16,7 +16,8 @@ import pyarrow.parquet as pq
 
 from ..errors import BuildError
 from ..records.pair import COMPLETION_NAMES
-from ..rowfile.preference import FORMAT, StoredPair, read_pairs
+from ..rowfile.preference import FORMAT
+from ..rowfile.preference_read import StoredPair, read_pairs
 from ..rowfile.schema import check_token_ids
 
 OPTIONS = dict(skip_special_tokens=False, clean_up_tokenization_spaces=False)
