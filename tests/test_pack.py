@@ -133,4 +133,4 @@ def test_a_conversation_expanded_into_samples_counts_once():
     rows, stats = rows_of([*samples, conv(1, [5, 6], [1, 1])], 6)
     assert [tuple(o.position for o in r.origins) for r in rows] == [(0, 0), (0, 0)]  # [1 2 SEP 1 2 3] [SEP 1 2 3 4 SEP], then 5 6 left
     assert stats.conversations_read == 2
-    assert stats.conversations_by_source == {"s": 1} and stats.in_kept_positions == {0}
+    assert stats.conversations_by_source == {"s": 1} and stats.kept_rows == {0: 7}

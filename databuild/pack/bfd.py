@@ -55,7 +55,7 @@ def _item(conversation: TokenizedConversation, packing: Packing,
         raise OverlongConversation(conversation, len(ids), packing.row_tokens)
     stats.overlong[OVERLONG_COUNTS[packing.overlong]] += 1
     if packing.overlong == "drop":
-        stats.overlong_dropped_positions.append(conversation.origin.position)
+        stats.overlong_dropped_rows[conversation.origin.position] = conversation.origin.index
     return (ids[:packing.row_tokens], mask[:packing.row_tokens]) if packing.overlong == "truncate" else None
 
 

@@ -65,6 +65,7 @@ def _rendered(conversations: Iterable[TokenizedConversation], stats: PackStats) 
     for conversation in conversations:
         if not len(conversation.input_ids):
             stats.empty_render_positions.append(conversation.origin.position)
+            stats.empty_render_rows.append(conversation.origin.index)
             continue
         stats.conversations_read += conversation.part == 0
         stats.empty_assistant_turns += conversation.empty_assistant_turns

@@ -54,13 +54,16 @@ class PackStats:
     continued_rows: list[int] = field(default_factory=list)  # kept rows whose Row.continues
     repeated_ids: int = 0  # conversations in kept rows whose id one before them there has (data/README)
     ids_kept: set[str] = field(default_factory=set)  # the ids in kept rows, for repeated_ids
-    # For the funnel (publish/funnel.py), by stream position (one per conversation of the stream, each
-    # repeat of an upsampled row its own): the conversations left out as empty renders or dropped as
-    # overlong, and those with a token in a kept row, or in a row skipped without a target.
+    # For the funnel (publish/funnel.py), each conversation's source row (Origin.index) by its stream position
+    # (one per conversation of the stream, each repeat of an upsampled row its own), recorded as the packer
+    # meets it, so the funnel counts them by source without drawing the permutation again: the conversations
+    # left out as empty renders or dropped as overlong, and those with a token in a kept row, or in a row
+    # skipped without a target.
     empty_render_positions: list[int] = field(default_factory=list)
-    overlong_dropped_positions: list[int] = field(default_factory=list)
-    in_kept_positions: set[int] = field(default_factory=set)
-    in_skipped_positions: set[int] = field(default_factory=set)
+    empty_render_rows: list[int] = field(default_factory=list)
+    overlong_dropped_rows: dict[int, int] = field(default_factory=dict)
+    kept_rows: dict[int, int] = field(default_factory=dict)
+    skipped_rows: dict[int, int] = field(default_factory=dict)
 
     @property
     def empty_renders(self) -> int:
@@ -70,7 +73,7 @@ class PackStats:
     def count_skipped(self, row: Row) -> None:
         """Tally a row skipped for having no target."""
         self.rows_skipped_unsupervised += 1
-        self.in_skipped_positions.update(o.position for o in row.origins if o.position >= 0)
+        self.skipped_rows.update((o.position, o.index) for o in row.origins if o.position >= 0)
 
     def count_kept(self, row: Row) -> None:
         """Tally a kept row. A conversation counts once, by its stream position, in the first kept row that
@@ -87,8 +90,8 @@ class PackStats:
                 self.padding_tokens += length
                 continue
             self.tokens_by_source[origin.source] += length
-            if origin.position not in self.in_kept_positions:
-                self.in_kept_positions.add(origin.position)
+            if origin.position not in self.kept_rows:
+                self.kept_rows[origin.position] = origin.index
                 self.conversations_by_source[origin.source] += 1
                 self.repeated_ids += origin.id in self.ids_kept
                 self.ids_kept.add(origin.id)

@@ -36,19 +36,10 @@ def _per_source(firsts: list[int], rows, sources: int) -> list[int]:
     return np.bincount(found, minlength=sources).tolist()
 
 
-def rows_at(record: BuildRecord, positions) -> np.ndarray:
-    """The source rows of the stream's conversations at `positions` (any order)."""
-    from ..sources.mixture import mixed_of_positions
-
-    if not len(positions):
-        return np.zeros(0, dtype=np.int64)
-    firsts, selections = record.inputs.selections
-    return mixed_of_positions(firsts, selections, record.config.seed, np.fromiter(positions, np.int64, len(positions)))
-
-
 def funnel(record: BuildRecord, read: list[int]) -> dict[str, Any]:
     """counts.funnel: {"total": box -> count, "sources": [the same per source, with its name]}; `read`
-    is what the stream handed the packer, by source (BuildRecord.read)."""
+    is what the stream handed the packer, by source (BuildRecord.read); the rest by source from the rows
+    the packer recorded (PackStats: no permutation drawn again)."""
     inputs, stats, skipped = record.inputs, record.stats, record.skipped
     firsts, _ = inputs.selections
     n = len(inputs.sources)
@@ -56,12 +47,13 @@ def funnel(record: BuildRecord, read: list[int]) -> dict[str, Any]:
     dropped_rows = {kind: [b.index for b in skipped if b.kind == kind] for kind in kinds}
     # an expanded conversation some of whose samples were dropped as overlong is dropped only if none
     # of its samples reached a row (a conversation is in one box)
-    dropped_rows[OVERLONG] = rows_at(record, set(stats.overlong_dropped_positions) - stats.in_kept_positions
-                                     - stats.in_skipped_positions)
-    dropped_rows[EMPTY_RENDER] = rows_at(record, stats.empty_render_positions)
+    dropped_rows[OVERLONG] = [row for position, row in stats.overlong_dropped_rows.items()
+                              if position not in stats.kept_rows and position not in stats.skipped_rows]
+    dropped_rows[EMPTY_RENDER] = stats.empty_render_rows
     dropped = {kind: _per_source(firsts, rows, n) for kind, rows in dropped_rows.items()}
-    kept = _per_source(firsts, rows_at(record, stats.in_kept_positions), n)
-    without_target = _per_source(firsts, rows_at(record, stats.in_skipped_positions - stats.in_kept_positions), n)
+    kept = _per_source(firsts, stats.kept_rows.values(), n)
+    without_target = _per_source(firsts, [row for position, row in stats.skipped_rows.items()
+                                          if position not in stats.kept_rows], n)
     sources = []
     for number, source in enumerate(inputs.sources):
         drops = {kind: dropped[kind][number] for kind in kinds}

@@ -12,6 +12,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from ..pack.bfd import OVERLONG_COUNTS
 from ..records.row import NO_SUPERVISED_TOKEN
 from ..records.problems import MALFORMED, SKIPPED_KINDS
@@ -19,7 +21,7 @@ from ..utils.files import replace_durably
 from ..utils.versions import library_versions
 from ..sources.dedup import DEDUP_RULE, duplicate_record
 from .record import BuildRecord
-from .funnel import funnel, rows_at
+from .funnel import funnel
 
 if TYPE_CHECKING:
     from ..pack.rows import PackStats
@@ -172,6 +174,17 @@ def source_counts(record: BuildRecord, read: list[int]) -> list[dict[str, Any]]:
                        "conversations_skipped": kinds,
                        **({"messages": record.record_counts[number]} if record.record_counts else {})})
     return counts
+
+
+def rows_at(record: BuildRecord, positions) -> np.ndarray:
+    """The source rows of the stream's conversations at `positions` (any order): the permutation drawn
+    again, only where some are asked for (source_counts' empty renders, by PackStats.empty_render_positions)."""
+    from ..sources.mixture import mixed_of_positions
+
+    if not len(positions):
+        return np.zeros(0, dtype=np.int64)
+    firsts, selections = record.inputs.selections
+    return mixed_of_positions(firsts, selections, record.config.seed, np.fromiter(positions, np.int64, len(positions)))
 
 
 def _per_source_of(record: BuildRecord, found: tuple[BadConversation, ...]) -> dict[str, Any]:
