@@ -36,8 +36,8 @@ STAGES: tuple[tuple[str, ...], ...] = (
     ("databuild.build", "databuild.preference"),
     ("databuild.compare", "databuild.compare_pairs", "databuild.views", "databuild.exports", "databuild.integrations"),
     ("databuild.scaffold",),
-    ("databuild.api", "databuild.cli", "databuild.cli_files", "databuild.cli_init", "databuild.cli_view",
-     "databuild.__main__", "databuild"),
+    ("databuild.api", "databuild.cli", "databuild.cli_files", "databuild.cli_init", "databuild.cli_make",
+     "databuild.cli_view", "databuild.__main__", "databuild"),
 )
 
 
