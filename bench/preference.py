@@ -39,6 +39,7 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
 
     from corpus import ConversationMaker
+    from turns import encode_timed
     from conftest import PHI3, TEMPLATES, TOKENIZER_DIR
     from databuild.encode.encoder import Encoder
     from databuild.encode.preference import PairEncoder
@@ -64,24 +65,17 @@ def main(argv=None) -> None:
     sft = Encoder(tokenizer, renderer, "assistant", end_of_turn)
     batches = [records[k:k + args.batch_size] for k in range(0, len(records), args.batch_size)]
 
-    render = tokenize = finish = whole = 0.0
+    cpu, whole = {"render": 0.0, "tokenize": 0.0, "finish": 0.0}, 0.0
     tokens = refused = 0
     for batch in batches:
-        t = time.process_time()
-        rendered = pairs.render(batch)
-        render += time.process_time() - t
-        t = time.process_time()
-        encodings = pairs.tokenize(rendered)
-        tokenize += time.process_time() - t
-        t = time.process_time()
-        out = pairs.finish(batch, rendered, encodings)
-        finish += time.process_time() - t
+        encodings, out = encode_timed(pairs, batch, cpu)
         tokens += sum(len(e) for e in encodings)
         refused += sum(o.problem is not None for o in out)
         conversations_of = [Conversation(r.origin, r.prompt + c) for r in batch for c in r.completions]
         t = time.process_time()
         sft.encode_batch(conversations_of)
         whole += time.process_time() - t
+    render, tokenize, finish = cpu["render"], cpu["tokenize"], cpu["finish"]
     total = render + tokenize + finish
     figures = {"tokenizer": name, "pairs": len(records), "refused": refused, "tokens_tokenized": tokens,
                "cpu_s": {"render": round(render, 3), "tokenize": round(tokenize, 3), "finish": round(finish, 3),

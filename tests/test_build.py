@@ -181,13 +181,19 @@ def test_packing_invariants_and_counts(tiny_build, tokenizer):
     assert counts["separators_inserted"] == counts["conversations_read"] - 1
 
 
-def test_same_bytes_in_another_process_zone_locale_and_hash_seed(tiny_build, tmp_path):
+def make_elsewhere(name: str, built, out) -> str:
+    """`make NAME` into `out` in another process, under another hash seed, time zone and locale; its file and
+    manifest must be `built`'s, byte for byte. Returns make's output."""
     env = {"PYTHONHASHSEED": "12345", "TZ": "Pacific/Kiritimati", "LC_ALL": "C.UTF-8", "LANG": "de_DE.UTF-8"}
-    result = run_cli("make", TINY, "--out", str(tmp_path), env=env, cwd=tmp_path)
+    result = run_cli("make", name, "--out", str(out), env=env, cwd=out)
     assert result.returncode == 0, result.stderr
-    assert (tmp_path / f"{TINY}.parquet").read_bytes() == tiny_build.parquet.read_bytes()
-    assert (tmp_path / f"{TINY}.manifest.json").read_bytes() == tiny_build.manifest.read_bytes()
-    assert "rows_sha256            " + GOLDEN["rows_sha256"] in result.stdout
+    assert (out / f"{name}.parquet").read_bytes() == built.parquet.read_bytes()
+    assert (out / f"{name}.manifest.json").read_bytes() == built.manifest.read_bytes()
+    return result.stdout
+
+
+def test_same_bytes_in_another_process_zone_locale_and_hash_seed(tiny_build, tmp_path):
+    assert "rows_sha256            " + GOLDEN["rows_sha256"] in make_elsewhere(TINY, tiny_build, tmp_path)
 
 
 @pytest.mark.parametrize("workers, batch_size, window, spill_prefix",
