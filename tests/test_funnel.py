@@ -147,10 +147,9 @@ def test_a_sources_conversations_read_leave_out_its_empty_renders():
     from databuild.pack.rows import PackStats
     from databuild.publish.manifest import source_counts
 
-    position_of_row_4 = int(np.flatnonzero(np.random.default_rng(0).permutation(20) == 4)[0])  # seed 0's stream
-    stats = PackStats(conversations_read=4, empty_render_positions=[position_of_row_4])
+    stats = PackStats(conversations_read=4, empty_render_rows=[4])  # as the packer records it: the source row
     sources = [SimpleNamespace(spec=SimpleNamespace(name=name), selected=np.arange(10)) for name in ("a", "b")]
     record = SimpleNamespace(inputs=SimpleNamespace(sources=sources, selections=([0, 10], [np.arange(10)] * 2)),
-                             stats=stats, skipped=(), malformed=(), record_counts=(), config=SimpleNamespace(seed=0))
+                             stats=stats, skipped=(), malformed=(), record_counts=())
     counts = source_counts(record, read=[3, 2])  # source a: 2 read and row 4 rendered empty; source b: 2 read
     assert [c["conversations_read"] for c in counts] == [2, 2]

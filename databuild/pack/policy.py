@@ -64,7 +64,6 @@ def _rendered(conversations: Iterable[TokenizedConversation], stats: PackStats) 
     them a separator and a segment of their own), counted; and the empty assistant turns of the rest."""
     for conversation in conversations:
         if not len(conversation.input_ids):
-            stats.empty_render_positions.append(conversation.origin.position)
             stats.empty_render_rows.append(conversation.origin.index)
             continue
         stats.conversations_read += conversation.part == 0

@@ -59,7 +59,6 @@ class PackStats:
     # meets it, so the funnel counts them by source without drawing the permutation again: the conversations
     # left out as empty renders or dropped as overlong, and those with a token in a kept row, or in a row
     # skipped without a target.
-    empty_render_positions: list[int] = field(default_factory=list)
     empty_render_rows: list[int] = field(default_factory=list)
     overlong_dropped_rows: dict[int, int] = field(default_factory=dict)
     kept_rows: dict[int, int] = field(default_factory=dict)
@@ -68,7 +67,7 @@ class PackStats:
     @property
     def empty_renders(self) -> int:
         """Conversations the template rendered to no token: left out of the stream."""
-        return len(self.empty_render_positions)
+        return len(self.empty_render_rows)
 
     def count_skipped(self, row: Row) -> None:
         """Tally a row skipped for having no target."""

@@ -12,7 +12,6 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 
 from ..pack.bfd import OVERLONG_COUNTS
 from ..records.row import NO_SUPERVISED_TOKEN
@@ -162,7 +161,7 @@ def source_counts(record: BuildRecord, read: list[int]) -> list[dict[str, Any]]:
     inputs, stats, skipped, malformed = record.inputs, record.stats, record.skipped, record.malformed
     firsts, _ = inputs.selections
     skipped_of, malformed_of, empty_of = (source_of(firsts, rows).tolist() for rows in (
-        [b.index for b in skipped], [b.index for b in malformed], rows_at(record, stats.empty_render_positions)))
+        [b.index for b in skipped], [b.index for b in malformed], stats.empty_render_rows))
     counts = []
     for number, source in enumerate(inputs.sources):
         kinds = {kind: sum(1 for b, s in zip(skipped, skipped_of) if s == number and b.kind == kind)
@@ -174,17 +173,6 @@ def source_counts(record: BuildRecord, read: list[int]) -> list[dict[str, Any]]:
                        "conversations_skipped": kinds,
                        **({"messages": record.record_counts[number]} if record.record_counts else {})})
     return counts
-
-
-def rows_at(record: BuildRecord, positions) -> np.ndarray:
-    """The source rows of the stream's conversations at `positions` (any order): the permutation drawn
-    again, only where some are asked for (source_counts' empty renders, by PackStats.empty_render_positions)."""
-    from ..sources.mixture import mixed_of_positions
-
-    if not len(positions):
-        return np.zeros(0, dtype=np.int64)
-    firsts, selections = record.inputs.selections
-    return mixed_of_positions(firsts, selections, record.config.seed, np.fromiter(positions, np.int64, len(positions)))
 
 
 def _per_source_of(record: BuildRecord, found: tuple[BadConversation, ...]) -> dict[str, Any]:
