@@ -1,4 +1,4 @@
-"""databuild: deterministic builder of packed SFT datasets.
+"""databuild: deterministic builder of packed SFT datasets and preference pairs (DPO, KTO).
 
     import databuild
 
