@@ -23,7 +23,7 @@ from contextlib import closing
 from dataclasses import dataclass, replace
 from itertools import islice
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from tqdm import tqdm
 
@@ -124,15 +124,7 @@ def make(config: BuildConfig, out_dir: Path, *, force: bool = False, offline: bo
             reason = reason and f"its validation file: {reason}"
         return reason
 
-    if not force and stale() is None:  # no lock taken, nothing written
-        return _current(final, started)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    with exclusive(final, f"make of {config.name} into {final.parent}") as waited:
-        for partial in [*partials(final), *partials(validation_final)]:  # under the lock: whoever wrote it is gone
-            partial.unlink(missing_ok=True)
-        reason = "--force given" if force else stale()
-        if reason is None:  # another process built it while this one waited
-            return replace(_current(final, started), waited=waited)
+    def build() -> BuildResult:
         # The encode workers start first, so that they start while the source is read; how many depends
         # on the machine (executors/cores.py).
         with encoding_on(executor, pinned.encoder, workers, ray_address) as encode:
@@ -143,12 +135,34 @@ def make(config: BuildConfig, out_dir: Path, *, force: bool = False, offline: bo
                     exclude = split.rows, split.ids, {key for key, _ in held.spill.keys.values()}
             with prepare(config, offline, window, spill_prefix, pinned, exclude) as prepared:
                 result = _make(prepared, final, encode, batch_size, progress, started, validation)
-    return replace(result, built=reason, waited=waited, encoding=encode.summary)
+        return replace(result, encoding=encode.summary)
+
+    return built_once(final, force, stale, lambda: current_build(final, started, read_manifest), build,
+                      (validation_final,))
 
 
-def _current(final: Path, started: float) -> BuildResult:
+def built_once(final: Path, force: bool, stale: Callable[[], str | None], current: Callable[[], BuildResult],
+               build: Callable[[], BuildResult], beside: tuple[Path, ...] = ()) -> BuildResult:
+    """The build at `final`, made at most once however many makes run at once: `current()` when `stale()`
+    finds it up to date (no lock taken, nothing written); else, under the output's lock, the partial files
+    of a process gone removed (its and those of the files `beside` it that the build writes too), asked again (another process may have just built it), and `build()`."""
+    if not force and stale() is None:
+        return current()
+    final.parent.mkdir(parents=True, exist_ok=True)
+    with exclusive(final, f"make of {final.stem} into {final.parent}") as waited:
+        for partial in [p for file in (final, *beside) for p in partials(file)]:  # under the lock: whoever wrote it is gone
+            partial.unlink(missing_ok=True)
+        reason = "--force given" if force else stale()
+        if reason is None:  # another process built it while this one waited
+            return replace(current(), waited=waited)
+        result = build()
+    return replace(result, built=reason, waited=waited)
+
+
+def current_build(final: Path, started: float, read: Callable[[Path], dict[str, Any]]) -> BuildResult:
+    """The build already at `final`, its manifest read by `read`."""
     manifest_file = manifest_path(final)
-    return BuildResult(final, manifest_file, read_manifest(manifest_file), time.perf_counter() - started)
+    return BuildResult(final, manifest_file, read(manifest_file), time.perf_counter() - started)
 
 
 def _make(prepared: Prepared, final: Path, encode: Encoding, batch_size: int, progress: bool | None,

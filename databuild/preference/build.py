@@ -3,19 +3,20 @@ loaded), read (psrc's preference_stream: the sources checked and spilled, record
 order), encode (encode/preference.py, on executors/pairs.py), keep (the refusals under
 on_bad_conversation; length.py's drops), take (`rows` pairs), write (rowfile/preference.py, hashed as
 written, under a partial name), publish (the sources hashed again, the parquet renamed, the manifest
-written last). As for SFT: up to date means done, under the output's lock (publish/lock.py).
+written last). As for SFT, through the same build.built_once: up to date means done, and a build is made
+once under the output's lock (publish/lock.py).
 """
 
 from __future__ import annotations
 
 import time
 from contextlib import closing
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import islice
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..build import BuildResult, encoder_pins, published
+from ..build import BuildResult, built_once, current_build, encoder_pins, published
 from ..current import stale_reason as current_reason
 from ..encode.preference import PairEncoder
 from ..errors import BuildError
@@ -25,14 +26,12 @@ from ..executors.stream import batches
 from ..inputs.pins import check_unchanged
 from ..inputs.resolve import resolve_inputs
 from ..prepare import encoder_of
-from ..publish.lock import exclusive
-from ..publish.manifest import manifest_path
 from ..publish.preference import DROPPED, full_manifest, pinned_manifest, read_preference_manifest
 from ..records.pair import TokenizedPair
 from ..records.problems import MALFORMED, BadConversation, on_bad_conversation, template_wide
 from ..rowfile.preference import PairFigures
 from ..rowfile.preference_write import write_pairs
-from ..rowfile.write import partial_path, partials
+from ..rowfile.write import partial_path
 from ..sources.spill_folder import remove_stale_spill_folders
 from ..utils.files import file_sha256
 from ..verification.preference import verify_preference
@@ -82,25 +81,14 @@ def make_preference(config, out_dir: Path, *, force: bool = False, offline: bool
     final = Path(out_dir) / f"{config.name}.parquet"
     remove_stale_spill_folders()
     built = pin_pairs(config, offline)
-    if not force and stale_reason(final, built.manifest) is None:
-        return _current(final, started)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    with exclusive(final, f"make of {config.name} into {final.parent}") as waited:
-        for partial in partials(final):
-            partial.unlink(missing_ok=True)
-        reason = "--force given" if force else stale_reason(final, built.manifest)
-        if reason is None:
-            result = _current(final, started)
-            return BuildResult(result.parquet, result.manifest, result.data, result.seconds, None, waited)
+
+    def build() -> BuildResult:
         processes = encode_processes(workers)
         result = _build(built, final, processes, batch_size, window, started)
-    summary = f"{processes} process{'es' if processes > 1 else ''}"
-    return BuildResult(result.parquet, result.manifest, result.data, result.seconds, reason, waited, summary)
+        return replace(result, encoding=f"{processes} process{'es' if processes > 1 else ''}")
 
-
-def _current(final: Path, started: float) -> BuildResult:
-    manifest_file = manifest_path(final)
-    return BuildResult(final, manifest_file, read_preference_manifest(manifest_file), time.perf_counter() - started)
+    return built_once(final, force, lambda: stale_reason(final, built.manifest),
+                      lambda: current_build(final, started, read_preference_manifest), build)
 
 
 class Kept:
