@@ -11,7 +11,8 @@ fields' places. A field whose sentinel the template does not write is not writte
 drops earlier turns' reasoning); any other outcome raises MaskError naming the message.
 
 `message_fields` adds each tool message's `content` (a tool result): what `show` and `report` place
-to mark a row's tool calls, results and reasoning from the record (views/record_marks.py).
+to mark a row's tool calls, results and reasoning from the record (views/record_marks.py; arguments
+that are an object, which no sentinel can stand for, are found there by their serializations).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ import hashlib
 import re
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..errors import BuildError
 from . import transformers_private
@@ -136,6 +136,11 @@ class Renderer:
 
     def has_generation_tags(self, tools=None) -> bool:
         return self.tagged[self.template_name(tools)]
+
+    def json_filter(self, tools=None) -> Callable[..., str]:
+        """The `tojson` filter the template runs with (transformers' own, bound by its environment):
+        what views/arguments.py writes a tool call's arguments with, as the template would."""
+        return self._template(self.template_name(tools))[0].environment.filters["tojson"]
 
     def pins(self) -> dict[str, Any]:
         """For the manifest: the configured name, and the sha256 of the text of each template used."""

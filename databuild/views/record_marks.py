@@ -9,10 +9,12 @@ included). In each sample's text the fields of every message are placed with the
 encode/placement.py (message_fields: an assistant's reasoning, its tool calls' names and text
 arguments, a tool message's content), and each row segment is found in its conversation's samples
 by its tokens and targets (a segment continued from an earlier row lies past a sample's start; the
-separator after a conversation is not the sample's). A region is a field's tokens: a tool call's
-from its name to the end of its arguments. A segment not found this way (its conversation not in
-the source, a template the placement cannot follow) gets views/marks.py's reading of its text, and
-the note says how many.
+separator after a conversation is not the sample's). Arguments the sentinels cannot place (an
+object, or a text the template writes through a JSON filter) are found after the call's name as the
+template serializes them (views/arguments.py). A region is a field's tokens: a tool call's from its
+name to the end of its arguments, or its name alone where they are not found once there (the note
+counts those calls). A segment not found this way (its conversation not in the source, a template
+the placement cannot follow) gets views/marks.py's reading of its text, and the note says how many.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ class TokenRegion:
     start: int  # row token indices, [start, end)
     end: int
     kind: str
+    name_only: bool = False  # a tool call marked on its name alone: its arguments not found (views/arguments.py)
 
 
 @dataclass(frozen=True)
@@ -77,16 +80,21 @@ def record_marks(rows: list[StoredRow], manifest: dict | None, config_given: str
     except BuildError as exc:
         return unavailable(f"the source is not available here: {exc}")
     parts = {cid: _parts(pinned.encoder, conversations) for cid, conversations in found.items()}
-    by_segment = {}
+    by_segment, calls = {}, {}
     for row, k in segments:
-        located = _locate(row, k, parts.get(row.conversation_ids[k], []))
+        cid = row.conversation_ids[k]
+        located = _locate(row, k, parts.get(cid, []))
         if located is not None:
-            by_segment[(row.index, k)] = located
+            by_segment[(row.index, k)], shown = located
+            calls.update({(cid, *call): name_only for call, name_only in shown.items()})
     missing = len(segments) - len(by_segment)
     note = f"marks: from the record (config {config.name}'s source re-rendered)"
     if missing:
         note += (f"; {missing} of {len(segments)} conversation segments not found in it are marked from the "
                  "markup in their decoded text")
+    if any(calls.values()):
+        note += (f"; {sum(calls.values())} of {len(calls)} tool calls marked on their name only (their arguments "
+                 "as the template writes them not found once after it)")
     return RecordMarks(by_segment, note)
 
 
@@ -130,7 +138,7 @@ def _parts(encoder, conversations: Iterable) -> list[Part]:
         tokenized = encoder.encode_batch([conversation])
         encodings = encoder.tokenize([(s.text, None) for s in samples])
         try:
-            placed = [_placed(encoder.renderer.render, conversation, sample) for sample in samples]
+            placed = [_placed(encoder.renderer, conversation, sample) for sample in samples]
         except MaskError:
             continue
         for encoding, fields, part in zip(encodings, placed, tokenized):
@@ -138,21 +146,21 @@ def _parts(encoder, conversations: Iterable) -> list[Part]:
     return out
 
 
-def _placed(render, conversation, sample) -> list[tuple[str, int, int]]:
-    """(kind, start, end) of each marked field in the sample's text, a tool call's name and arguments as
-    one. An expanded sample renders the messages through its turn (its text may end with the next
-    message's stop token, or begin with a prompt the template rewrote): fields are placed in that
-    render and carried over where it and the sample's text agree, from the start or from the end."""
-    from ..encode.placement import message_fields, place_fields
+def _placed(renderer, conversation, sample) -> list[tuple[str, int, int, bool]]:
+    """(kind, start, end, name only) of each marked field in the sample's text, a tool call's name and
+    arguments as one. An expanded sample renders the messages through its turn (its text may end with
+    the next message's stop token, or begin with a prompt the template rewrote): fields are placed in
+    that render and carried over where it and the sample's text agree, from the start or from the end."""
     from ..encode.turns import without_flags
+    from .arguments import placed_with_arguments
 
     messages, _ = without_flags(conversation.messages)
     tools = conversation.tools
-    text = render(messages, tools)
+    text = renderer.render(messages, tools)
     if text != sample.text and sample.turns:
         messages = messages[:max(last for _, last in sample.turns) + 1]
-        text = render(messages, tools)
-    placed = place_fields(messages, tools, text, render, message_fields(messages))
+        text = renderer.render(messages, tools)
+    placed, name_only = placed_with_arguments(renderer, messages, tools, text)
     head = len(os.path.commonprefix([text, sample.text]))
     tail = min(len(os.path.commonprefix([text[::-1], sample.text[::-1]])), min(len(text), len(sample.text)) - head)
     shift = len(sample.text) - len(text)
@@ -167,20 +175,22 @@ def _placed(render, conversation, sample) -> list[tuple[str, int, int]]:
         key = (p.message, p.kind, p.call if p.kind == "tool_call" else start)
         bounds = regions.setdefault(key, [start, end])
         bounds[0], bounds[1] = min(bounds[0], start), max(bounds[1], end)
-    return sorted((_SHOWN_KINDS[kind], start, end) for (_, kind, _), (start, end) in regions.items())
+    return sorted((_SHOWN_KINDS[kind], start, end, kind == "tool_call" and (message, which) in name_only)
+                  for (message, kind, which), (start, end) in regions.items())
 
 
-def _token_regions(encoding, fields: list[tuple[str, int, int]]) -> Iterable[TokenRegion]:
-    for kind, start, end in fields:
+def _token_regions(encoding, fields: list[tuple[str, int, int, bool]]) -> Iterable[TokenRegion]:
+    for kind, start, end, name_only in fields:
         first, last = encoding.char_to_token(start), encoding.char_to_token(end - 1)
         if first is not None and last is not None:
-            yield TokenRegion(first, last + 1, kind)
+            yield TokenRegion(first, last + 1, kind, name_only)
 
 
-def _locate(row: StoredRow, segment: int, parts: list[Part]) -> list[TokenRegion] | None:
+def _locate(row: StoredRow, segment: int, parts: list[Part]) -> tuple[list[TokenRegion], dict] | None:
     """The regions of the row's segment, found in one of its conversation's samples by its tokens and
     targets: from the sample's start unless the segment continues an earlier row's; the separator the
-    packer put after it left out."""
+    packer put after it left out. With them, each tool call shown, by (sample, its start there): whether
+    it is marked on its name only."""
     start = int(row.seq_start_id[segment])
     end = int(row.seq_start_id[segment + 1]) if segment + 1 < len(row.seq_start_id) else len(row.input_ids)
     continued = segment == 0 and row.continued
@@ -188,11 +198,13 @@ def _locate(row: StoredRow, segment: int, parts: list[Part]) -> list[TokenRegion
         ids, mask = row.input_ids[start:end - trail], row.loss_mask[start:end - trail]
         if not len(ids):
             continue
-        for part in parts:
+        for n, part in enumerate(parts):
             for offset in _occurrences(part.ids, ids, anywhere=continued):
                 if np.array_equal(part.mask[offset:offset + len(ids)], mask):
-                    return [TokenRegion(start + max(r.start - offset, 0), start + min(r.end - offset, len(ids)), r.kind)
-                            for r in part.regions if r.end > offset and r.start < offset + len(ids)]
+                    shown = [r for r in part.regions if r.end > offset and r.start < offset + len(ids)]
+                    return ([TokenRegion(start + max(r.start - offset, 0), start + min(r.end - offset, len(ids)),
+                                         r.kind, r.name_only) for r in shown],
+                            {(n, r.start): r.name_only for r in shown if r.kind == TOOL_CALL})
     return None
 
 
