@@ -8,6 +8,7 @@ the note."""
 from __future__ import annotations
 
 import hashlib
+import html
 import json
 import re
 
@@ -115,6 +116,10 @@ def test_a_tool_call_runs_from_its_name_to_its_arguments_end(tmp_path, name):
     assert note in shown
     found = re.findall("⟨tool call⟩(.*?)⟨/tool call⟩", shown.replace("[[", "").replace("]]", ""), flags=re.S)
     assert sorted(found) == sorted(texts["obj"] + texts.get("txt", []))
+    page = tmp_path / "report.html"
+    assert run_cli("report", str(parquet), "-o", str(page), "--config", str(config), "--tokenizer",
+                   str(config)).returncode == 0
+    assert html.escape(note) in page.read_text()
 
 
 def parts_of(tmp_path, name: str, template_edit, arguments):
