@@ -111,13 +111,18 @@ def make(config: BuildConfig, out_dir: Path, *, force: bool = False, offline: bo
     started = time.perf_counter()
     final = Path(out_dir) / f"{config.name}.parquet"
     remove_stale_spill_folders()  # a killed build's, whether or not this one builds
-    if force or not manifest_path(final).exists():  # it builds: its workers' fork server imports while it pins
+    builds = force or not manifest_path(final).exists()
+    if builds:  # its workers' fork server imports while it pins
         start_early(executor, workers)
-    pinned = pin(config, offline)
+    # Where it builds, the source pass runs while the tokenizer loads (prepare.pin, wait=False); the
+    # local workers start once it has (encoding_on).
+    pinned = pin(config, offline, wait=not builds)
     split = validation_split(pinned) if config.validation is not None else None
     validation_final = final.with_name(f"{config.name}.validation.parquet")
 
     def stale() -> str | None:
+        if not manifest_path(final).exists():  # no build to compare with: the pins are not needed yet
+            return stale_reason(final, {})
         reason = stale_reason(final, manifest_of(pinned, final.name))
         if reason is None and split is not None:
             reason = stale_reason(validation_final, manifest_of(split.pinned, validation_final.name))
@@ -127,7 +132,7 @@ def make(config: BuildConfig, out_dir: Path, *, force: bool = False, offline: bo
     def build() -> BuildResult:
         # The encode workers start first, so that they start while the source is read; how many depends
         # on the machine (executors/cores.py).
-        with encoding_on(executor, pinned.encoder, workers, ray_address) as encode:
+        with encoding_on(executor, lambda: pinned.encoder, workers, ray_address) as encode:
             validation, exclude = None, None
             if split is not None:  # first, so that the training build knows the held-out conversations
                 with prepare(split.pinned.config, offline, window, None, split.pinned) as held:

@@ -8,7 +8,7 @@ training build drops for it. build.py runs these, then the stream.
 from __future__ import annotations
 
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterator
@@ -38,35 +38,60 @@ DEFAULT_WINDOW = 8192  # conversations per spilled bucket: the memory bound of t
 @dataclass(frozen=True)
 class Pinned:
     """The inputs resolved and hashed, the tokenizer loaded, the template compiled: all that a build's
-    pinned manifest sections depend on, known before its first row."""
+    pinned manifest sections depend on, known before its first row. The tokenizer may still be loading
+    (`pin(wait=False)`): `packing` and `encoder` wait for it, and raise its error."""
     config: BuildConfig
     inputs: ResolvedInputs
-    packing: Packing
-    encoder: Encoder
+    loaded: Future  # of (packing, encoder)
+
+    @property
+    def packing(self) -> Packing:
+        return self.loaded.result()[0]
+
+    @property
+    def encoder(self) -> Encoder:
+        return self.loaded.result()[1]
+
+    def load_error(self) -> BaseException | None:
+        """The tokenizer's load error, once it is loaded or has failed (None: loaded)."""
+        return self.loaded.exception()
 
 
-def pin(config: BuildConfig, offline: bool = False) -> Pinned:
-    # The tokenizer loads (transformers' tokenizer modules and the files: ~2 s on a 16-core node) on a
-    # thread of its own from when its files are checked, while the sources are listed and hashed; an
-    # input's error still comes first, the tokenizer's after, as when one followed the other.
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="databuild-load-tokenizer") as loader:
-        loading = []
-        inputs = resolve_inputs(config, offline,
-                                lambda directory: loading.append(loader.submit(load_tokenizer, directory)))
-        tokenizer = loading[0].result()
-    tokenizer, encoder = encoder_of(config, inputs, config.train_turns, tokenizer)
-    return Pinned(config, inputs, packing_for(tokenizer, config), encoder)
+def pin(config: BuildConfig, offline: bool = False, wait: bool = True) -> Pinned:
+    """The config's inputs resolved and hashed, and its tokenizer loaded. The tokenizer loads
+    (transformers' tokenizer modules and the files: ~2 s on a 16-core node) on a thread of its own from
+    when its files are checked, while the sources are listed and hashed; an input's error still comes
+    first, the tokenizer's after, as when one followed the other. With `wait` False it may still be
+    loading when this returns, so that a build reads its source meanwhile (build.make): whoever asks
+    for the encoder first waits for it."""
+    loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="databuild-load-tokenizer")
+    loading: list[Future] = []
+    try:
+        inputs = resolve_inputs(config, offline, lambda directory: loading.append(
+            loader.submit(_loaded, config, directory)))
+    except BaseException:
+        loader.shutdown()  # an input's error once the load has ended, as before
+        raise
+    loader.shutdown(wait=False)  # its one load goes on
+    pinned = Pinned(config, inputs, loading[0])
+    if wait:
+        pinned.encoder  # noqa: B018  (raises the tokenizer's error here)
+    return pinned
 
 
-def encoder_of(config: BuildConfig, inputs: ResolvedInputs, train_turns: str, tokenizer=None) -> tuple:
-    """(the tokenizer, the encoder of the config's template, strategy and ends of turn), the template compiled;
-    the tokenizer loaded here unless given."""
-    tokenizer = load_tokenizer(inputs.tokenizer_dir) if tokenizer is None else tokenizer
+def _loaded(config: BuildConfig, tokenizer_dir: Path) -> tuple[Packing, Encoder]:
+    tokenizer, encoder = encoder_of(config, tokenizer_dir, config.train_turns)
+    return packing_for(tokenizer, config), encoder
+
+
+def encoder_of(config: BuildConfig, tokenizer_dir: Path, train_turns: str) -> tuple:
+    """(the tokenizer, the encoder of the config's template, strategy and ends of turn), the template compiled."""
+    tokenizer = load_tokenizer(tokenizer_dir)
     renderer = Renderer.for_tokenizer(tokenizer, config.template_kwargs_dict, config.chat_template_name,
                                       config.render_timeout)
     renderer.compile()
     return tokenizer, Encoder(tokenizer, renderer, config.loss_mask, config.end_of_turn,
-                              generation_stops(inputs.tokenizer_dir, tokenizer), config.history, train_turns,
+                              generation_stops(tokenizer_dir, tokenizer), config.history, train_turns,
                               config.stop_tokens_in_fields)
 
 
@@ -115,8 +140,8 @@ class Prepared:
 def prepare(config: BuildConfig, offline: bool = False, window: int = DEFAULT_WINDOW,
             spill_prefix: int | None = None, pinned: Pinned | None = None,
             exclude: tuple[set[int], set[str], set[bytes]] | None = None) -> Prepared:
-    """Resolve and check the inputs, load the tokenizer (unless `pinned` has), and make the first
-    pass over the source: it checks every conversation and spills the stream's expected prefix
+    """Resolve and check the inputs, load the tokenizer (unless `pinned` has, or is loading it: the pass
+    runs meanwhile, and this returns once both are done), and make the first pass over the source: it checks every conversation and spills the stream's expected prefix
     (`spill_prefix` overrides it). Nothing is rendered before this. `exclude`: the validation split's
     rows, ids and content keys, which this stream drops."""
     if preference_sources([spec.format for spec in config.sources]):
@@ -138,10 +163,22 @@ def prepare(config: BuildConfig, offline: bool = False, window: int = DEFAULT_WI
         held_out = held_out_conversations(spill.keys, *exclude, files) if exclude else {}
         duplicates = find_duplicates({i: k for i, k in spill.keys.items() if i not in held_out}, files) if \
             config.dedup == "exact" else {}
+    except Exception:
+        spill_dir.cleanup()
+        # The tokenizer may have loaded meanwhile (pin(wait=False)): its error comes first, as when the
+        # pass followed the load.
+        if (failed := pinned.load_error()) is not None:
+            raise failed from None
+        raise
     except BaseException:
         spill_dir.cleanup()
         raise
-    return Prepared(config, inputs, pinned.packing, malformed, pinned.encoder, spill, spill_dir, duplicates, held_out)
+    try:
+        return Prepared(config, inputs, pinned.packing, malformed, pinned.encoder, spill, spill_dir, duplicates,
+                        held_out)
+    except BaseException:
+        spill_dir.cleanup()
+        raise
 
 
 @dataclass(frozen=True)
@@ -160,6 +197,6 @@ def validation_split(pinned: Pinned) -> Split:
     held, ids = held_out_rows(inputs.sources, config.validation)
     sources = tuple(replace(s, selected=rows) for s, rows in zip(inputs.sources, held))
     vconfig = replace(config, name=f"{config.name}.validation", rows=None, split="validation")
-    return Split(Pinned(vconfig, replace(inputs, sources=sources), pinned.packing, pinned.encoder),
+    return Split(Pinned(vconfig, replace(inputs, sources=sources), pinned.loaded),
                  {s.first_index + int(r) for s, rows in zip(inputs.sources, held) for r in rows},
                  {i for source_ids, rows in zip(ids, held) for i in (source_ids[int(r)] for r in rows)})

@@ -246,6 +246,24 @@ def test_malformed_conversation_is_one_line_naming_file_row_and_id(tmp_path):
     assert [p.name for p in out.iterdir()] == [TINY_LOCK]
 
 
+def test_a_tokenizer_that_does_not_load_is_named_before_the_sources_malformed_rows(tmp_path):
+    """make reads the source while the tokenizer loads (prepare.pin, wait=False): with both broken, the
+    tokenizer's error is the one said, as when the load came first, whichever ends first."""
+    broken = tmp_path / "broken-tokenizer"
+    shutil.copytree(TOKENIZER_DIR, broken)
+    (broken / "chat_template.jinja").write_text("{% if %}")
+    pins = {name: hashlib.sha256((broken / name).read_bytes()).hexdigest()
+            for name in ("tokenizer.json", "chat_template.jinja")}
+    config = write_config(tmp_path / "bad.yaml", source={"dir": str(bad_source(tmp_path))}, rows=2,
+                          tokenizer={"dir": str(broken), "sha256": pins})
+    for workers in ("1", "2"):
+        result = run_cli("make", str(config), "--out", str(tmp_path / "out"), "--workers", workers,
+                         env={"DATABUILD_CORES": "16"})
+        assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
+        assert "error: the chat template does not compile: TemplateSyntaxError" in result.stderr
+        assert [p.name for p in (tmp_path / "out").iterdir()] == [TINY_LOCK]
+
+
 def test_skip_policy_counts_and_lists_every_skip(tmp_path):
     config = load_config(write_config(tmp_path / "bad.yaml", source={"dir": str(bad_source(tmp_path))},
                                       rows=2, on_bad_conversation="skip"))

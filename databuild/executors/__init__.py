@@ -43,14 +43,16 @@ def start_early(executor: str, workers: int | None) -> None:
 
 
 @contextmanager
-def encoding_on(executor: str, encoder: Encoder, workers: int | None, ray_address: str | None = None
-                ) -> Iterator[Encoding]:
+def encoding_on(executor: str, encoder: Encoder | Callable[[], Encoder], workers: int | None,
+                ray_address: str | None = None) -> Iterator[Encoding]:
     """The encode step on `executor` ("local" or "ray"; `ray_address` for ray only). Local worker
     processes start on entry, so that they start while the source is read, and read their batches from
     the spill themselves; Ray actors, which may be on other machines, are sent the batches'
     conversations. `workers` None: local, the default for this machine (cores.encode_processes, which
-    also caps what is asked); ray, one actor."""
+    also caps what is asked); ray, one actor. `encoder` may be a callable that gives it once the tokenizer
+    has loaded: local workers then start when it has, while the source is read."""
     if executor == "ray":
+        encoder = encoder() if callable(encoder) else encoder
         from .ray import ray_encode_batches
 
         actors = max(1, workers or 1)

@@ -16,7 +16,7 @@ import tempfile
 import threading
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 from ..encode.encoder import Encoder
 from ..errors import BuildError
@@ -42,8 +42,11 @@ class LocalEncoding:
     as itself (whose unpickling imports transformers) would make the parent wait for each child's
     imports in turn, and one passed as bytes could leave it blocked (__enter__ says why)."""
 
-    def __init__(self, encoder: Encoder, workers: int = 1):
-        self.encoder, self.workers, self.pool = encoder, max(1, workers), None
+    def __init__(self, encoder: Encoder | Callable[[], Encoder], workers: int = 1):
+        # a callable: the encoder once the tokenizer has loaded (prepare.pin(wait=False)), asked for by the
+        # thread that starts the workers, so that the build reads its source meanwhile
+        self._encoder = encoder if callable(encoder) else lambda: encoder
+        self.workers, self.pool = max(1, workers), None
         self.starting: threading.Thread | None = None
         self.start_failed: BaseException | None = None
         self.folder: tempfile.TemporaryDirectory | None = None
@@ -60,11 +63,9 @@ class LocalEncoding:
             start_resource_tracker()
             self.folder = spill_folder()  # owned: removed on exit, or by the next make if this one is killed
             encoder_file = Path(self.folder.name) / "encoder.pickle"
-            try:
-                encoder_file.write_bytes(pickle.dumps(self.encoder))
-            except OSError as exc:  # said as the spill's is: one process or many, the same line
-                raise tmpdir_full(encoder_file, "writing the encoder for the encode processes", exc) from None
-            imported_from = {name: sys.modules[name].__file__ for name in SHARED_IMPORTS if name in sys.modules}
+            # where this process took the shared modules from, filled in once the encoder is loaded (its load
+            # imports them) and before the first worker starts (its initargs are sent then)
+            imported_from: dict[str, str] = {}
             context = worker_context()
             self.ended = context.Event()
             lifeline, self.lifeline = context.Pipe(duplex=False)  # this process keeps the writing end, and never writes
@@ -73,15 +74,25 @@ class LocalEncoding:
                                                       imported_from,
                                                       self.ended, lifeline))
             # One call each starts them all now, not at the first batches, and not on this thread.
-            self.starting = threading.Thread(target=self._start_workers, name="databuild-start-workers", daemon=True)
+            self.starting = threading.Thread(target=self._start_workers, args=(encoder_file, imported_from),
+                                             name="databuild-start-workers", daemon=True)
             self.starting.start()
         except BaseException:
             self.__exit__()
             raise
         return self
 
-    def _start_workers(self) -> None:
+    @property
+    def encoder(self) -> Encoder:
+        return self._encoder()
+
+    def _start_workers(self, encoder_file: Path, imported_from: dict[str, str]) -> None:
         try:
+            try:
+                encoder_file.write_bytes(pickle.dumps(self.encoder))
+            except OSError as exc:  # said as the spill's is: one process or many, the same line
+                raise tmpdir_full(encoder_file, "writing the encoder for the encode processes", exc) from None
+            imported_from.update({name: sys.modules[name].__file__ for name in SHARED_IMPORTS if name in sys.modules})
             for _ in range(self.workers):
                 self.pool.submit(ready)
         except BaseException as exc:  # said by stream(), if the build gets there (a stopped one does not)
@@ -99,9 +110,11 @@ class LocalEncoding:
         """Tokenized conversations in input order; at most 2*workers batches in flight (bounded memory).
         A worker is sent a batch as it is: a reference into the spill goes as that, and the worker reads it
         (this process, with no workers, is given lists)."""
-        if self.pool is None:
+        if self.workers == 1:
             return overlapped(batches_, self.encoder)
         self.starting.join()
+        if isinstance(self.start_failed, BuildError):  # the encoder's file not written: its own line
+            raise self.start_failed
         if self.start_failed is not None:
             raise BuildError(f"the encode processes did not start: {type(self.start_failed).__name__}: "
                              f"{self.start_failed}") from self.start_failed
