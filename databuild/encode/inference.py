@@ -191,11 +191,13 @@ def _check_unclosed(messages, index: int, text: str, prompt: int, special: re.Pa
 
 
 def infer_samples(messages, tools, text: str, render: Callable[..., str], stops: re.Pattern,
-                  history: str, special: re.Pattern | None = None) -> list[Sample]:
+                  history: str, special: re.Pattern | None = None, fields_checked: bool = False) -> list[Sample]:
     """The conversation's targets by the rule above: one sample (the render itself) when every turn
     as generated is a prefix of the render; else, under history `expand`, one sample per turn.
-    Raises MaskError (StopTokenInField, HistoryRewritten) naming the message."""
-    check_no_stop_in_fields(messages, stops)
+    Raises MaskError (StopTokenInField, HistoryRewritten) naming the message. `fields_checked`: the
+    caller has checked the fields for these stops already (with these among others)."""
+    if not fields_checked:
+        check_no_stop_in_fields(messages, stops)
     last_message = len(messages) - 1
     turns: list[_Turn] = []
     for i, message in enumerate(messages):

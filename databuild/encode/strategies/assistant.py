@@ -16,8 +16,9 @@ def samples(encoder, conversation, text: str, generation: list | None) -> list[S
         return tagged_samples(text, generation)
     renderer = encoder.renderer
     prepared, tools = renderer.prepare(conversation.messages, conversation.tools)
+    # under stop_tokens_in_fields: refuse, targets.samples checked the fields for these stops and more
     return infer_samples(prepared, tools, text, partial(renderer.render, prepared=True), encoder.stops, encoder.history,
-                         encoder.special_tokens)
+                         encoder.special_tokens, fields_checked=encoder.stop_tokens_in_fields == "refuse")
 
 
 STRATEGY = Strategy("assistant", tracked, samples)
