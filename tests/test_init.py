@@ -254,6 +254,27 @@ def test_inits_config_for_ones_own_data_builds_as_it_stands(tmp_path):
                                                                           "tiny-0009"]
 
 
+def test_json_lines_with_a_message_missing_its_role_are_detected_and_the_row_skipped(tmp_path):
+    """A message without its role key in a JSON Lines source made the whole messages column Json, and init
+    refused the source ("no known format fits the schema"): the format is detected, make skips that row."""
+    tok = chatml_tokenizer(tmp_path, eos_token_id=[5, 7])
+    rows = pq.read_table(sorted((SOURCE_DIR / "data").glob("*.parquet"))[0]).slice(0, 20).to_pylist()
+    del rows[4]["messages"][0]["role"]
+    directory = tmp_path / "my-data"
+    (directory / "data").mkdir(parents=True)
+    (directory / "data" / "train-00000-of-00001.jsonl").write_text(
+        "".join(json.dumps({"id": r["id"], "messages": r["messages"]}) + "\n" for r in rows))
+    made = databuild("init", "mine", "--tokenizer", tok, "--source", directory, "--rows", "all", "--row-tokens", 256,
+                     cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    assert "  source 0 format: messages (detected from the schema (columns messages))" in made.stdout
+    built = databuild("make", "mine", cwd=tmp_path)
+    assert built.returncode == 0, built.stderr
+    assert re.search(r"dropped: malformed +1\n", built.stdout), built.stdout
+    manifest = json.loads((tmp_path / "build" / "mine.manifest.json").read_text())
+    assert [s["id"] for s in manifest["skipped_conversations"]] == [rows[4]["id"]]
+
+
 def test_the_recipe_configs_stop_at_a_bad_conversation():
     from databuild.config import load_config
 

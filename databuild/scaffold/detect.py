@@ -92,12 +92,15 @@ def _extras(schema: pa.Schema, columns: list[str]) -> tuple[str, ...]:
 
 
 def _lists_of_objects(rows: list) -> tuple[str, ...]:
-    """The keys whose values (where set) are all lists of objects with a role-like key: the columns that
-    could hold messages (a tools list's objects have none: it stays JSON values, as the reader keeps it)."""
+    """The keys whose values (where set) are all lists of objects, some object of which has a role-like key:
+    the columns that could hold messages (a tools list's objects have none: it stays JSON values, as the
+    reader keeps it). A message without its role is a bad row the build skips and counts, not another
+    format: one in the sample does not hide the column."""
     keys = dict.fromkeys(k for row in rows if isinstance(row, dict) for k in row)
-    return tuple(k for k in keys if all(
-        isinstance(row.get(k), list) and all(isinstance(m, dict) and any(r in m for r in ROLE_FIELDS) for m in row[k])
-        for row in rows if isinstance(row, dict) and row.get(k) is not None))
+    values = {k: [row[k] for row in rows if isinstance(row, dict) and row.get(k) is not None] for k in keys}
+    return tuple(k for k, found in values.items() if all(
+        isinstance(value, list) and all(isinstance(m, dict) for m in value) for value in found) and any(
+        any(r in m for r in ROLE_FIELDS) for value in found for m in value))
 
 
 def _schema(path: Path, given: str) -> pa.Schema:
