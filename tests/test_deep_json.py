@@ -3,6 +3,8 @@ and in nested structures: refused in one line naming the file, row, id and field
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from test_agentic_sources import WHERE, refused_build
@@ -84,3 +86,30 @@ def test_diff_refuses_a_deep_manifest_as_an_unreadable_side(deep_manifest, tiny_
         result = cli("diff", *sides)
         assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
         assert f"{manifest}: cannot read manifest: nested deeper than" in result.output
+
+
+@pytest.mark.parametrize("levels", [DEEP, 900])
+def test_deep_element_of_a_json_array_file(tmp_path, tools_tokenizer, levels):
+    """A `.json` file of one array of rows is parsed element by element (sources/json_files): an element
+    nested past the bound is a malformed row, named by its line, whether the parser stops on it (DEEP) or
+    parses it (900 levels, under Python's recursion limit: the depth walk refuses it)."""
+    from databuild.build import make
+    from databuild.config import load_config
+    from databuild.errors import BuildError
+    from test_agentic_sources import config_for
+
+    root = tmp_path / "src"
+    (root / "data").mkdir(parents=True)
+    bad = {"id": "b", "messages": GOOD["messages"], "tools": "DEEP"}
+    text = json.dumps([GOOD, bad], indent=1).replace('"DEEP"', nested(levels))
+    (root / "data" / "train.json").write_text(text)
+    config = load_config(config_for(tmp_path, tools_tokenizer, root, "messages", 1))
+    with pytest.raises(BuildError) as error:
+        make(config, tmp_path / "out", progress=False)
+    line = text[:text.index('"b"')].count("\n")
+    message = str(error.value)
+    if levels == DEEP:  # past the parser's own stack: where the element ends is unknown, so the file is refused
+        assert message.endswith(f"data/train.json: line {line}: not JSON (nested deeper than 100 levels)"), message
+    else:
+        assert message.startswith("malformed conversation: org/agentic: data/train.json: row 1 ") and \
+            f"line {line}: nested deeper than 100 levels" in message, message

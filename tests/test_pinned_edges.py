@@ -9,6 +9,7 @@ import shutil
 import signal
 import time
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -27,6 +28,7 @@ STOP = "<|im_end|>"
 @pytest.mark.parametrize("field, value, named", [
     ("reasoning_content", f"I think {STOP} then", "reasoning_content"),
     ("thinking", f"I think {STOP} then", "thinking"),
+    ("reasoning", f"I think {STOP} then", "reasoning"),  # each of REASONING_FIELDS, not only the first two
     ("tool_calls", [{"type": "function", "function": {"name": "f", "arguments": json.dumps({"q": f"a {STOP}"})}}],
      "tool_calls"),
     ("tool_calls", [{"type": "function", "function": {"name": "f", "arguments": {"q": {"deep": [f"a {STOP}"]}}}}],
@@ -86,6 +88,22 @@ def test_diff_names_a_row_file_shorter_than_its_manifest(tiny_build, tmp_path):
     assert result.b.unfaithful == f"from row {table.num_rows - 1}" and result.a.unfaithful is None
     assert result.rows.kinds == ("row count",) and (result.rows.rows_a, result.rows.rows_b) == (
         table.num_rows, table.num_rows - 1)
+
+
+def test_diff_names_a_row_file_longer_than_its_manifest(tiny_build, tmp_path):
+    """A row appended after the manifest was written: the file parts from its manifest where the manifest's
+    rows end (a count compared only for a shorter file calls this one faithful)."""
+    import databuild
+
+    folder = tmp_path / "long"
+    folder.mkdir()
+    shutil.copyfile(tiny_build.manifest, folder / tiny_build.manifest.name)
+    table = pq.read_table(tiny_build.parquet)
+    pq.write_table(pa.concat_tables([table, table.slice(0, 1)]), folder / tiny_build.parquet.name)
+    result = databuild.diff(tiny_build.parquet, folder / tiny_build.parquet.name)
+    assert result.b.unfaithful == f"from row {table.num_rows}" and result.a.unfaithful is None
+    assert result.rows.kinds == ("row count",) and (result.rows.rows_a, result.rows.rows_b) == (
+        table.num_rows, table.num_rows + 1)
 
 
 # --- a second signal while the first one's clean-up runs ---------------------------------------------------

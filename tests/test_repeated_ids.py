@@ -22,6 +22,14 @@ def test_occurrences_tell_a_repeat_from_a_conversation_cut_across_rows():
         ["b (#2)", ""]]
 
 
+def test_an_id_again_later_in_the_row_that_continues_it_is_a_repeat():
+    """Only a row's first segment continues the conversation the row before ended with: the same id later in
+    that row (an upsampling take's repeat, packed close by) is the next conversation under it."""
+    occurrences = Occurrences()
+    assert [occurrences.keys(row) for row in [["x", "a"], ["a", "b", "a"], ["a"]]] == [
+        ["x", "a"], ["a", "b", "a (#2)"], ["a (#2)"]]
+
+
 def repeated_source(tmp_path, changed: str = ""):
     """OK_ROWS with the ids of rows 1 and 2 set to row 0's, and row 2's answer changed by `changed`."""
     rows = [(OK_ROWS[0][0] if k in (1, 2) else cid, [(role, text + (changed if k == 2 and role == "assistant" else ""))
