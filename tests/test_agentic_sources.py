@@ -321,6 +321,8 @@ WHERE = "org/agentic: data/train-00000-of-00001.parquet: row 1 (id 'b')"
     ({"role": "assistant", "content": "x", "weight": 0}, "message 1: unknown field 'weight'"),
     ({"role": "function", "content": "x"}, "message 1: unknown role 'function' (expected one of system, developer, "
                                           "user, assistant, tool)"),
+    ({"role": None, "content": "x"}, "message 1: no role (missing or null; expected one of system, developer, user, "
+                                     "assistant, tool)"),  # said "unknown role None"
     ({"role": "user", "content": None}, "message 1: content is null, not a string"),
     ({"role": "assistant", "content": None}, "message 1: content is null, not a string"),
     ({"role": "user", "content": "x", "tool_calls": [call(1, "f", "{}")]},

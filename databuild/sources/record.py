@@ -119,6 +119,8 @@ def content_problem(value: Any) -> str | None:
 
 
 def unknown_role(role: Any) -> str:
+    if role is None:  # a JSON message without the key, or a null in a parquet struct
+        return f"no role (missing or null; expected one of {', '.join(ROLES)})"
     return f"unknown role {quoted(role)} (expected one of {', '.join(ROLES)})"
 
 
