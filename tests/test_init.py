@@ -275,6 +275,26 @@ def test_json_lines_with_a_message_missing_its_role_are_detected_and_the_row_ski
     assert [s["id"] for s in manifest["skipped_conversations"]] == [rows[4]["id"]]
 
 
+def test_a_folder_of_jsonl_files_of_other_names_is_told_the_card_that_names_them(tmp_path):
+    """`part-0.jsonl` in a folder is no layout databuild knows: the refusal names the layouts and the dataset
+    card that can name any files (it named the layouts only), and the card it names then works."""
+    tok = chatml_tokenizer(tmp_path, eos_token_id=[5, 7])
+    rows = pq.read_table(sorted((SOURCE_DIR / "data").glob("*.parquet"))[0]).slice(0, 10).to_pylist()
+    directory = tmp_path / "my-data"
+    directory.mkdir()
+    (directory / "part-0.jsonl").write_text("".join(json.dumps({"id": r["id"], "messages": r["messages"]}) + "\n"
+                                                    for r in rows))
+    args = ("init", "mine", "--tokenizer", tok, "--source", directory, "--rows", "all", "--row-tokens", 256)
+    made = databuild(*args, cwd=tmp_path)
+    assert made.returncode == 1 and made.stderr.count("\n") == 1, made.stderr
+    assert "no files data/train-*.EXT, data/train.EXT or train.EXT" in made.stderr and \
+        "and no README.md naming the split's files (its YAML header's configs: data_files" in made.stderr
+    (directory / "README.md").write_text("---\nconfigs:\n- config_name: default\n  data_files:\n  - split: train\n"
+                                         "    path: part-*.jsonl\n---\n")
+    made = databuild(*args, cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+
+
 def test_the_recipe_configs_stop_at_a_bad_conversation():
     from databuild.config import load_config
 

@@ -77,7 +77,8 @@ def split_files(root: Path, split: str) -> list[Path]:
         raise BuildError(f"{root}: no files {', '.join(named)} (the split {split!r} of {CARD}'s config)")
     if not found:
         raise BuildError(f"{root}: no files data/{split}-*.EXT, data/{split}.EXT or {split}.EXT, EXT one of "
-                         f"{', '.join(s.lstrip('.') for s in SUFFIXES)}")
+                         f"{', '.join(s.lstrip('.') for s in SUFFIXES)}, and no {CARD} naming the split's files "
+                         f"(its YAML header's configs: data_files, as the hub's dataset cards do)")
     unknown = [p for p in found if not p.name.endswith(SUFFIXES)]
     if unknown:
         raise BuildError(f"{unknown[0].relative_to(root).as_posix()}: not a file databuild reads (parquet, "
