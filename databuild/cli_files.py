@@ -23,6 +23,11 @@ def echo_funnel(manifest: dict | None) -> None:
         sources = found["sources"]
         names = f" ({' + '.join(s['source'] for s in sources)})" if len(sources) > 1 else ""
         click.echo(f"  where the source rows went{names}\n" + "\n".join(funnel_lines(found)))
+    listed = [f"{key} ({n:,})" for key in ("skipped_conversations", "duplicate_conversations")
+              if (n := len((manifest or {}).get(key) or ()))]
+    if listed:  # the funnel says how many were dropped; which ones, and why, only the manifest says
+        click.echo(f"  which ones, and why: {' and '.join(listed)} in the manifest, each with its id, file, row "
+                   "and reason")
     for note in data_notes(manifest):
         click.echo(f"  note: {note}")
 

@@ -271,6 +271,8 @@ def test_json_lines_with_a_message_missing_its_role_are_detected_and_the_row_ski
     built = databuild("make", "mine", cwd=tmp_path)
     assert built.returncode == 0, built.stderr
     assert re.search(r"dropped: malformed +1\n", built.stdout), built.stdout
+    assert ("  which ones, and why: skipped_conversations (1) in the manifest, each with its id, file, row and "
+            "reason\n") in built.stdout  # the funnel counts it; where to find which one
     manifest = json.loads((tmp_path / "build" / "mine.manifest.json").read_text())
     assert [s["id"] for s in manifest["skipped_conversations"]] == [rows[4]["id"]]
 
