@@ -115,6 +115,21 @@ def exports(tiny_build, tmp_path_factory):
     return {fmt: databuild.export(tiny_build.parquet, fmt, out / fmt / "tiny.parquet") for fmt in FORMATS}
 
 
+@pytest.mark.parametrize("command", ["show", "report", "diff", "hash"])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_an_export_given_where_a_row_file_is_read_is_named_as_one(tiny_build, exports, tmp_path, command, fmt):
+    """show, report, diff and hash read the build's row file; handed an export, they said only "schema:
+    unexpected column 'labels'" (a newcomer's first try on issue 31's walk): the line says what the file is
+    and which file to give instead."""
+    out = exports[fmt].path
+    args = {"show": [out], "report": [out, "-o", tmp_path / "r.html"], "diff": [tiny_build.parquet, out],
+            "hash": [out]}[command]
+    result = CliRunner().invoke(main, [command, *map(str, args)])
+    assert result.exit_code == (2 if command == "diff" else 1) and result.output.count("\n") == 1, result.output
+    assert f"{out}: an export (--to {fmt}) of {TINY}.parquet, not a row file: show, report, diff and hash read the " \
+           "row file it was exported from (verify checks either)" in result.output
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_each_trainer_trains_exactly_the_native_targets(tiny_build, exports, fmt):
     manifest = check_export(tiny_build.parquet, fmt, exports[fmt].path, 512)

@@ -19,7 +19,8 @@ import pyarrow.parquet as pq
 
 from ..errors import BuildError
 from ..records.row import PADDING_ID
-from .schema import EXPECTED_TYPES, UnreadableError, check_row_group, check_schema
+from ..utils import json_depth
+from .schema import EXPECTED_TYPES, RowFormatError, UnreadableError, check_row_group, check_schema
 
 COLUMNS = list(EXPECTED_TYPES)
 
@@ -30,8 +31,28 @@ def open_row_file(path: Path) -> pq.ParquetFile:
         parquet = pq.ParquetFile(path)
     except (OSError, pa.ArrowException) as exc:
         raise UnreadableError(f"{path}: not readable as parquet: {exc}") from None
-    check_schema(parquet.schema_arrow, path)
+    try:
+        check_schema(parquet.schema_arrow, path)
+    except RowFormatError:
+        exported = _export_of(path)
+        if exported is not None:  # the file a trainer reads, handed to a command that reads the build's rows
+            raise RowFormatError(f"{path}: an export (--to {exported[0]}) of {exported[1]}, not a row file: show, "
+                                 "report, diff and hash read the row file it was exported from (verify checks "
+                                 "either)") from None
+        raise
     return parquet
+
+
+def _export_of(path: Path) -> tuple[str, str] | None:
+    """(its target, the row file it came from) where the manifest beside `path` is an export's, else None."""
+    try:
+        manifest = json_depth.loads(path.with_name(path.name.removesuffix(".parquet") + ".manifest.json")
+                                    .read_text(encoding="utf-8"))
+        if str(manifest["format"]).startswith("databuild-export/"):
+            return str(manifest["export"]), str(manifest["source"]["file"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return None
 
 
 def read_row_group(parquet: pq.ParquetFile, group: int, path: Path, columns: list[str] | None = None) -> pa.Table:
