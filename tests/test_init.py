@@ -254,12 +254,19 @@ def test_inits_config_for_ones_own_data_builds_as_it_stands(tmp_path):
                                                                           "tiny-0009"]
 
 
-def test_json_lines_with_a_message_missing_its_role_are_detected_and_the_row_skipped(tmp_path):
-    """A message without its role key in a JSON Lines source made the whole messages column Json, and init
-    refused the source ("no known format fits the schema"): the format is detected, make skips that row."""
+@pytest.mark.parametrize("bad, reason", [
+    (lambda messages: [{k: v for k, v in m.items() if k != "role"} if n == 0 else m for n, m in enumerate(messages)],
+     "message 0: no role (missing or null; expected one of system, developer, user, assistant, tool)"),
+    (lambda messages: "hello", "a string in place of a list of messages"),
+    (lambda messages: ["hello", *messages[1:]], "message 0 is a string, not an object"),
+])
+def test_json_lines_with_a_bad_row_in_the_sample_are_detected_and_the_row_skipped(tmp_path, bad, reason):
+    """A message without its role key (or a string in place of the messages, or of one message) in a JSON Lines
+    source made the whole messages column Json, and init refused the source ("no known format fits the
+    schema"): the format is detected, and make skips and counts that row."""
     tok = chatml_tokenizer(tmp_path, eos_token_id=[5, 7])
     rows = pq.read_table(sorted((SOURCE_DIR / "data").glob("*.parquet"))[0]).slice(0, 20).to_pylist()
-    del rows[4]["messages"][0]["role"]
+    rows[4]["messages"] = bad(rows[4]["messages"])
     directory = tmp_path / "my-data"
     (directory / "data").mkdir(parents=True)
     (directory / "data" / "train-00000-of-00001.jsonl").write_text(
@@ -274,7 +281,8 @@ def test_json_lines_with_a_message_missing_its_role_are_detected_and_the_row_ski
     assert ("  which ones, and why: skipped_conversations (1) in the manifest, each with its id, file, row and "
             "reason\n") in built.stdout  # the funnel counts it; where to find which one
     manifest = json.loads((tmp_path / "build" / "mine.manifest.json").read_text())
-    assert [s["id"] for s in manifest["skipped_conversations"]] == [rows[4]["id"]]
+    [skipped] = manifest["skipped_conversations"]
+    assert skipped["id"] == rows[4]["id"] and skipped["reason"].endswith(reason), skipped
 
 
 def test_a_folder_of_jsonl_files_of_other_names_is_told_the_card_that_names_them(tmp_path):

@@ -92,15 +92,18 @@ def _extras(schema: pa.Schema, columns: list[str]) -> tuple[str, ...]:
 
 
 def _lists_of_objects(rows: list) -> tuple[str, ...]:
-    """The keys whose values (where set) are all lists of objects, some object of which has a role-like key:
-    the columns that could hold messages (a tools list's objects have none: it stays JSON values, as the
-    reader keeps it). A message without its role is a bad row the build skips and counts, not another
-    format: one in the sample does not hide the column."""
+    """The keys that hold messages: most of their values (where set) lists of objects, some object of which
+    has a role-like key (a tools list's objects have none: it stays JSON values, as the reader keeps it).
+    A message without its role, a string in place of the list or of a message: a bad row the build skips
+    and counts (json_rows names it), not another format; a few in the sample do not hide the column."""
     keys = dict.fromkeys(k for row in rows if isinstance(row, dict) for k in row)
-    values = {k: [row[k] for row in rows if isinstance(row, dict) and row.get(k) is not None] for k in keys}
-    return tuple(k for k, found in values.items() if all(
-        isinstance(value, list) and all(isinstance(m, dict) for m in value) for value in found) and any(
-        any(r in m for r in ROLE_FIELDS) for value in found for m in value))
+    found = {k: [row[k] for row in rows if isinstance(row, dict) and row.get(k) is not None] for k in keys}
+
+    def holds_messages(values: list) -> bool:
+        lists = [v for v in values if isinstance(v, list) and all(isinstance(m, dict) for m in v)]
+        return 2 * len(lists) >= len(values) and any(any(r in m for r in ROLE_FIELDS) for v in lists for m in v)
+
+    return tuple(k for k, values in found.items() if holds_messages(values))
 
 
 def _schema(path: Path, given: str) -> pa.Schema:
