@@ -228,6 +228,19 @@ def test_a_bad_line_is_refused_naming_file_line_and_id(tmp_path, tools_tokenizer
     assert result.data["counts"]["conversations_skipped"]["malformed"] == 1
 
 
+def test_ids_of_two_types_in_json_rows_are_named_as_such(tmp_path, tools_tokenizer):
+    """One integer id among string ids: the rows' id column has no one type, and the refusal said only that it
+    was extension<arrow.json>, then what the format expects of the messages."""
+    rows = [{"id": 7 if k == 1 else f"c-{k}", "messages": [{"role": "user", "content": "hi"},
+                                                            {"role": "assistant", "content": "yo"}]} for k in range(3)]
+    root = write_jsonl(tmp_path / "src" / "data" / "train.jsonl", rows).parents[1]
+    config = load_config(config_for(tmp_path, tools_tokenizer, root, "messages", "all", policy="skip"))
+    with pytest.raises(BuildError) as error:
+        make(config, tmp_path / "out", progress=False)
+    assert "data/train.jsonl: rows 0-2: schema: column 'id' is extension<arrow.json>: its values in these rows are " \
+           "not all strings nor all integers (expected " in str(error.value), str(error.value)
+
+
 def test_a_json_array_with_a_syntax_error_is_refused_naming_its_line(tmp_path, tools_tokenizer):
     root = tmp_path / "src"
     (root / "data").mkdir(parents=True)

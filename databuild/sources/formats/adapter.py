@@ -51,7 +51,9 @@ class Adapter:
             kind = schema.field(column).type if column in schema.names else None
             if problem is None and kind is not None and not is_string(kind) and not (
                     column == "id" and pa.types.is_integer(kind)):
-                problem = f"column '{column}' is {kind}"
+                problem = f"column '{column}' is {kind}" + (  # JSON rows' values, no one type (sources/json_rows)
+                    f": its values in these rows are not all strings{' nor all integers' if column == 'id' else ''}"
+                    if isinstance(kind, pa.JsonType) else "")
         if problem is None and self.tools in schema.names and self.tools not in self.ignore:
             kind = schema.field(self.tools).type
             if not (is_string(kind) or is_list(kind) or pa.types.is_null(kind)  # null: none has tools
