@@ -239,6 +239,15 @@ def test_ids_of_two_types_in_json_rows_are_named_as_such(tmp_path, tools_tokeniz
         make(config, tmp_path / "out", progress=False)
     assert "data/train.jsonl: rows 0-2: schema: column 'id' is extension<arrow.json>: its values in these rows are " \
            "not all strings nor all integers (expected " in str(error.value), str(error.value)
+    # init, which wrote a config make then refused (a column mapping: it checked the messages only), says it too
+    from test_init import databuild
+
+    made = databuild("init", "mine", "--tokenizer", tools_tokenizer, "--source", root, "--rows", "all", "--row-tokens",
+                     256, cwd=tmp_path)
+    assert made.returncode == 1 and made.stderr.count("\n") == 1, made.stderr
+    assert f"--source {root}: train.jsonl: column 'id' is extension<arrow.json>: its values in these rows are not " \
+           "all strings nor all integers" in made.stderr
+    assert not (tmp_path / "configs").exists()
 
 
 def test_a_json_array_with_a_syntax_error_is_refused_naming_its_line(tmp_path, tools_tokenizer):

@@ -50,7 +50,12 @@ class Detected:
 
 def _fits(adapter: Adapter, schema: pa.Schema) -> bool:
     """The format reads the schema, columns it does not read aside."""
-    return replace(adapter, ignore=frozenset(adapter.unread_columns(schema))).schema_problem(schema) is None
+    return _fits_problem(adapter, schema) is None
+
+
+def _fits_problem(adapter: Adapter, schema: pa.Schema) -> str | None:
+    """Why the format does not read the schema, columns it does not read aside; None where it does."""
+    return replace(adapter, ignore=frozenset(adapter.unread_columns(schema))).schema_problem(schema)
 
 
 def _detect_structs(schema: pa.Schema, given: str) -> Detected | None:
@@ -182,6 +187,9 @@ def detect_format(path: Path, given: str) -> Detected:
     mappings = _mappings(schema)
     if len(mappings) == 1:
         mapping = mappings[0]
+        problem = _fits_problem(MessageColumn(**mapping), schema)
+        if problem is not None:  # the messages fit, something else does not (ids of two types): make would refuse it
+            raise BuildError(f"--source {given}: {path.name}: {problem}")
         return Detected(mapping, f"detected from the schema (column {mapping['messages']} of "
                                  f"{mapping['role']}/{mapping['content']})",
                         _extras(schema, [mapping["messages"]]), MessageColumn(**mapping).unread_columns(schema))
