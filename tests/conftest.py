@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import shutil
 import os
+import subprocess
 import sys
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -185,6 +186,23 @@ def run(*args):
     from databuild.cli import main
 
     return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def databuild_here(*args, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    """`databuild ARGS` run from `cwd` as `python -m databuild` runs it, but in this process, through click's
+    CliRunner: its exit status, stdout and stderr. A process of its own pays ~2 CPU s to start and import,
+    most of what a command on the fixtures costs. An exception the command lets through (a traceback in a
+    process of its own) is raised here. For tests of what a command does; those of the process itself (its
+    signals, its environment, its start, a hang to bound) run `python -m databuild`."""
+    from contextlib import chdir
+
+    from databuild.cli import main
+
+    with chdir(cwd):
+        result = CliRunner().invoke(main, [str(a) for a in args], prog_name="databuild")
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return subprocess.CompletedProcess(["databuild", *map(str, args)], result.exit_code, result.stdout, result.stderr)
 
 
 BFD_WINDOW = 64  # 300 fixture conversations: several windows, the last one partly used

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import REPO, SOURCE_DIR, TINY, TINY_LOCK, TOKENIZER_DIR, write_config
+from conftest import REPO, SOURCE_DIR, TINY, TINY_LOCK, TOKENIZER_DIR, databuild_here, write_config
 from source_folders import OK_ROWS, write_chat_source
 from databuild.build import make
 from databuild.config import load_config
@@ -30,8 +30,12 @@ HEADER_END, CLOSINGS = "<|message|>", ("<|end|>", "<|return|>")
 
 
 def run_cli(*args, env=None, cwd=REPO):
+    """`databuild ARGS` from `cwd`: in this process (conftest.databuild_here), or, given environment
+    variables to read, in a process of its own started with them."""
+    if env is None:
+        return databuild_here(*args, cwd=cwd)
     return subprocess.run([sys.executable, "-m", "databuild", *args], capture_output=True, text=True, cwd=cwd,
-                          env={**os.environ, **(env or {})})
+                          env={**os.environ, **env})
 
 
 def test_golden_hashes(tiny_build):

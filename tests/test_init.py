@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 from ruamel.yaml import YAML
 
-from conftest import PHI3, REPO, SOURCE_DIR, TOKENIZER_DIR, needs_phi3
+from conftest import PHI3, REPO, SOURCE_DIR, TOKENIZER_DIR, databuild_here, needs_phi3
 from test_ends_of_turn import chatml_tokenizer
 from test_hub import lay_out_repo
 
@@ -42,10 +42,12 @@ def sha256s(directory, names):
 
 
 def databuild(*args, cwd, cache=None):
-    env = {**os.environ, "HF_HUB_DISABLE_TELEMETRY": "1"}
-    env.pop("HF_HUB_OFFLINE", None)
-    if cache is not None:
-        env.update(HF_HUB_CACHE=str(cache), HF_HOME=str(cache.parent / "hf-home"), HF_HUB_OFFLINE="1")
+    """`databuild ARGS` from `cwd`: on local folders, in this process (conftest.databuild_here); reading the
+    hub cache `cache`, offline, in a process of its own, started with the environment that names them."""
+    if cache is None:
+        return databuild_here(*args, cwd=cwd)
+    env = {**os.environ, "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_CACHE": str(cache),
+           "HF_HOME": str(cache.parent / "hf-home"), "HF_HUB_OFFLINE": "1"}
     return subprocess.run([sys.executable, "-m", "databuild", *map(str, args)], capture_output=True, text=True,
                           cwd=cwd, env=env, timeout=300)
 
