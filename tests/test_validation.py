@@ -198,3 +198,27 @@ def test_a_manifest_whose_validation_record_is_damaged_is_refused_in_one_line(sp
 
     with pytest.raises(BuildError, match="manifest field validation.file is int 7, expected str"):
         read_manifest(tmp_path / result.manifest.name)
+
+
+def test_a_json_lines_source_is_split_as_parquet_is(tmp_path):
+    """The split's ids read from JSON Lines as the reader reads them, the ids written and, in a file whose rows
+    have none, `{repo}/{file}#{row}`: it read every file as parquet, a traceback on JSON (issue 31's walk)."""
+    import json
+
+    rows = fixture_rows(SHARDS[0])[:120]
+    root = tmp_path / "json"
+    (root / "data").mkdir(parents=True)
+    (root / "data" / "train-00000-of-00002.jsonl").write_text(
+        "".join(json.dumps({"id": r["id"], "messages": r["messages"]}) + "\n" for r in rows[:80]))
+    (root / "data" / "train-00001-of-00002.jsonl").write_text(
+        "".join(json.dumps({"messages": r["messages"]}) + "\n" for r in rows[80:]))
+    config = mixture(tmp_path, entry(root, repo="org/json", format="messages"), rows="all",
+                     validation={"share": 0.2, "seed": 7})
+    result = build(config, tmp_path / "out")
+    ids = [r["id"] for r in rows[:80]] + [f"org/json/data/train-00001-of-00002.jsonl#{k}" for k in range(40)]
+    expected = {ids[i] for i in numpy_held_out(ids, 7, share=0.2)}
+    validation = result.parquet.with_name(result.data["validation"]["file"])
+    in_validation = {c for row in pq.read_table(validation).column("conversation_ids").to_pylist() for c in row} - {""}
+    in_training = {c for row in pq.read_table(result.parquet).column("conversation_ids").to_pylist() for c in row}
+    assert in_validation <= expected and len(in_validation) > len(expected) // 2
+    assert any("#" in c for c in in_validation) and not in_training & expected

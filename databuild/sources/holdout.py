@@ -59,12 +59,31 @@ def source_ids(files) -> list[str]:
     """Every row's id, in row order, as the record reads it."""
     ids: list[str] = []
     for file in files:
+        if file.is_json:
+            ids += _json_ids(file)
+            continue
         parquet = pq.ParquetFile(file.path)
         if "id" in parquet.schema_arrow.names:
             column = parquet.read(columns=["id"]).column("id").cast(pa.string())
             ids += ["" if value is None else value for value in column.to_pylist()]
         else:
             ids += [f"{file.source}/{file.name}#{row}" for row in range(file.rows)]
+    return ids
+
+
+def _json_ids(file) -> list[str]:
+    """A JSON file's ids, from the batches the reader builds (adapter.normalise): a batch whose rows have no
+    `id` stands in `{repo}/{file}#{row}`; a row that has none beside others that do, or that is not an object,
+    has "" (the reader refuses that row)."""
+    from .json_rows import json_batches
+    from .reader import READ_BATCH_ROWS
+
+    ids: list[str] = []
+    for batch, _, _ in json_batches(file.path, file.name, file.adapter, READ_BATCH_ROWS):
+        if "id" in batch.schema.names:
+            ids += ["" if value is None else value for value in batch.column("id").cast(pa.string()).to_pylist()]
+        else:
+            ids += [f"{file.source}/{file.name}#{row}" for row in range(len(ids), len(ids) + batch.num_rows)]
     return ids
 
 
