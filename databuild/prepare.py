@@ -25,7 +25,7 @@ from .pack.rows import Packing
 from .records.conversation import Conversation
 from .records.problems import BadConversation, marked, on_bad_conversation
 from .sources.dedup import find_duplicates
-from .sources.holdout import held_out_conversations, held_out_rows
+from .sources.holdout import VALIDATION_SUFFIX, held_out_conversations, held_out_rows
 from .sources.mixture import placement
 from .sources.preference import preference_sources
 from .sources.spill import Spill, expected_prefix
@@ -196,7 +196,7 @@ def validation_split(pinned: Pinned) -> Split:
     config, inputs = pinned.config, pinned.inputs
     held, ids = held_out_rows(inputs.sources, config.validation)
     sources = tuple(replace(s, selected=rows) for s, rows in zip(inputs.sources, held))
-    vconfig = replace(config, name=f"{config.name}.validation", rows=None, split="validation")
+    vconfig = replace(config, name=f"{config.name}{VALIDATION_SUFFIX}", rows=None, split="validation")
     return Split(Pinned(vconfig, replace(inputs, sources=sources), pinned.loaded),
                  {s.first_index + int(r) for s, rows in zip(inputs.sources, held) for r in rows},
                  {i for source_ids, rows in zip(ids, held) for i in (source_ids[int(r)] for r in rows)})

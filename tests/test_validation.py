@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import write_config
+from conftest import REPO, write_config
 from databuild.build import make
 from databuild.config import load_config
 from databuild.errors import BuildError
@@ -222,3 +222,20 @@ def test_a_json_lines_source_is_split_as_parquet_is(tmp_path):
     in_training = {c for row in pq.read_table(result.parquet).column("conversation_ids").to_pylist() for c in row}
     assert in_validation <= expected and len(in_validation) > len(expected) // 2
     assert any("#" in c for c in in_validation) and not in_training & expected
+
+
+def test_show_marks_a_validation_file_from_the_record(split, tmp_path):
+    """The validation file is its config's split (NAME.validation): show finds the config by NAME and compares
+    the split's own build with the manifest; it looked for a config 'NAME.validation' and, given the config,
+    refused its source's selection, so the marks fell back to the text's markup."""
+    import shutil
+
+    _, config, _, _, result = split
+    held = result.parquet.with_name(result.data["validation"]["file"])
+    (tmp_path / "configs").mkdir()
+    shutil.copyfile(config, tmp_path / "configs" / f"{result.data['name']}.yaml")
+    for args, cwd in ((["--config", str(config)], REPO), ([], tmp_path)):
+        done = run_cli("show", str(held), "--row", "0", *args, cwd=cwd)
+        assert done.returncode == 0, done.stderr
+        assert f"marks: from the record (config {result.data['name']}'s source re-rendered)" in \
+            done.stdout, done.stdout[:600]

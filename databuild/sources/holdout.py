@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 from ..errors import BuildError
 from ..records.problems import HELD_OUT, BadConversation, Problem, bad_conversation
 
+VALIDATION_SUFFIX = ".validation"  # the split's build is its config's NAME + this: NAME.validation.parquet
 SPLIT_RULE = 'int.from_bytes(sha256(f"{seed}:{id}".encode()).digest()[:8], "big")'
 
 

@@ -28,6 +28,7 @@ import numpy as np
 from ..errors import BuildError
 from ..records.row import PADDING_ID
 from ..rowfile.read import StoredRow
+from ..sources.holdout import VALIDATION_SUFFIX
 from .marks import REASONING, TOOL_CALL, TOOL_RESULT
 
 _SHOWN_KINDS = {"reasoning": REASONING, "tool_call": TOOL_CALL, "tool_result": TOOL_RESULT}
@@ -75,7 +76,11 @@ def record_marks(rows: list[StoredRow], manifest: dict | None, config_given: str
         from ..sources.lookup import find_by_id
 
         pinned = pin(config, offline=True)
-        _check_same_pins(pinned, config, manifest)
+        if _validation_file(manifest) and config.validation is not None:  # the split's own build, as make builds it
+            from ..prepare import validation_split
+
+            pinned = validation_split(pinned).pinned
+        _check_same_pins(pinned, pinned.config, manifest)
         found = find_by_id(pinned.inputs.source_files, {row.conversation_ids[k] for row, k in segments})
     except BuildError as exc:
         return unavailable(f"the source is not available here: {exc}")
@@ -104,11 +109,19 @@ def _config(manifest: dict | None, given: str | None):
     if given is not None:
         return resolve_config(given)
     name = (manifest or {}).get("name")
+    if isinstance(name, str) and _validation_file(manifest):  # NAME.validation: built by config NAME
+        name = name.removesuffix(VALIDATION_SUFFIX)
     path = available_configs().get(name) if isinstance(name, str) else None
     if path is None:
         raise BuildError(f"no config named {name!r} on this machine; pass --config" if name else
                          "no manifest names its config; pass --config")
     return load_config(path)
+
+
+def _validation_file(manifest: dict | None) -> bool:
+    """The manifest is a validation split's (build.validation.split), whose build is its config's split."""
+    validation = ((manifest or {}).get("build") or {}).get("validation")
+    return isinstance(validation, dict) and validation.get("split") == "validation"
 
 
 def _check_same_pins(pinned, config, manifest: dict | None) -> None:
