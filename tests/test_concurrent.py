@@ -68,11 +68,16 @@ def test_four_concurrent_makes_one_build_each_round(tiny_build, tmp_path):
             assert json.loads((out / f"{TINY}.manifest.json").read_text())["build"]["seed"] == 7
 
 
-def test_an_up_to_date_build_is_left_untouched(tiny_build, tiny_config, tmp_path):
-    out = tmp_path / "out"
+def copy_of(built, out: Path) -> Path:
+    """`out` holding a copy of the build `built` (its file and manifest): a build there, without a make."""
     out.mkdir()
-    for path in (tiny_build.parquet, tiny_build.manifest):
+    for path in (built.parquet, built.manifest):
         (out / path.name).write_bytes(path.read_bytes())
+    return out
+
+
+def test_an_up_to_date_build_is_left_untouched(tiny_build, tiny_config, tmp_path):
+    out = copy_of(tiny_build, tmp_path / "out")
     before = stamps(out)
     result = make(tiny_config, out, progress=False)
     assert result.built is None and result.waited == 0
@@ -81,8 +86,7 @@ def test_an_up_to_date_build_is_left_untouched(tiny_build, tiny_config, tmp_path
 
 
 def test_force_rebuilds_and_replaces(tiny_build, tiny_config, tmp_path):
-    out = tmp_path / "out"
-    make(tiny_config, out, progress=False)
+    out = copy_of(tiny_build, tmp_path / "out")
     inode = (out / f"{TINY}.parquet").stat().st_ino
     result = make(tiny_config, out, progress=False, force=True)
     assert result.built == "--force given"
@@ -113,8 +117,7 @@ def edit_manifest(out: Path, change) -> None:
 ], ids=["a setting added since", "a setting removed since", "the packing policy", "template kwargs", "a source hash", "a tokenizer file",
         "a library version", "the file does not verify"])
 def test_a_stale_build_is_rebuilt_and_says_why(tiny_build, tiny_config, tmp_path, change, reason):
-    out = tmp_path / "out"
-    make(tiny_config, out, progress=False)
+    out = copy_of(tiny_build, tmp_path / "out")
     edit_manifest(out, change)
     result = make(tiny_config, out, progress=False)
     assert result.built.startswith(reason), result.built
