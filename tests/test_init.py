@@ -172,7 +172,8 @@ def test_what_init_cannot_decide_it_asks_for(tmp_path, change, message):
             *(["--current-date", "2026-10-01"] if change.get("date") else [])]
     for fmt in change.get("format", []):
         args += ["--format", fmt]
-    result = databuild(*args, cwd=tmp_path, cache=tmp_path / "empty-cache")
+    # a repo to look up in an empty hub cache; every other case is refused before init reads the hub
+    result = databuild(*args, cwd=tmp_path, cache=tmp_path / "empty-cache" if source == "org/absent" else None)
     assert result.returncode == 1 and result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
     assert message in result.stderr, result.stderr
     assert not (tmp_path / "configs" / "x.yaml").exists() or change.get("exists")
