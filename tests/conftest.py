@@ -205,6 +205,36 @@ def databuild_here(*args, cwd: Path = REPO) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(["databuild", *map(str, args)], result.exit_code, result.stdout, result.stderr)
 
 
+# databuild_in_a_process's script: each command run as databuild_here runs it, its result (or the traceback of
+# an exception it let through, as a process of its own would print it) written as JSON.
+_COMMANDS = """
+import contextlib, json, sys, traceback
+from click.testing import CliRunner
+from databuild.cli import main
+out = []
+for args in json.loads(sys.argv[1]):
+    result = CliRunner().invoke(main, args, prog_name="databuild")
+    stderr = result.stderr
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        stderr += "".join(traceback.format_exception(*result.exc_info))
+    out.append([result.exit_code, result.stdout, stderr])
+print(json.dumps(out))
+"""
+
+
+def databuild_in_a_process(*commands, env: dict, cwd: Path) -> list[subprocess.CompletedProcess]:
+    """Each command (a sequence of `databuild` arguments) run in turn from `cwd` in one process of its own,
+    started with the environment `env` (read at its start, as huggingface_hub reads HF_HUB_CACHE and
+    HF_HUB_OFFLINE), through click's CliRunner as databuild_here runs one: their exit statuses, stdouts and
+    stderrs (with the traceback of an exception a command let through), one start and import for all."""
+    args = [[str(a) for a in command] for command in commands]
+    done = subprocess.run([sys.executable, "-c", _COMMANDS, json.dumps(args)], capture_output=True, text=True,
+                          cwd=cwd, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return [subprocess.CompletedProcess(["databuild", *command], *result)
+            for command, result in zip(args, json.loads(done.stdout.splitlines()[-1]))]
+
+
 BFD_WINDOW = 64  # 300 fixture conversations: several windows, the last one partly used
 
 

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 from ruamel.yaml import YAML
 
-from conftest import PHI3, REPO, SOURCE_DIR, TOKENIZER_DIR, databuild_here, needs_phi3
+from conftest import PHI3, REPO, SOURCE_DIR, TOKENIZER_DIR, databuild_here, databuild_in_a_process, needs_phi3
 from test_ends_of_turn import chatml_tokenizer
 from test_hub import lay_out_repo
 
@@ -46,10 +46,23 @@ def databuild(*args, cwd, cache=None):
     hub cache `cache`, offline, in a process of its own, started with the environment that names them."""
     if cache is None:
         return databuild_here(*args, cwd=cwd)
-    env = {**os.environ, "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_CACHE": str(cache),
-           "HF_HOME": str(cache.parent / "hf-home"), "HF_HUB_OFFLINE": "1"}
     return subprocess.run([sys.executable, "-m", "databuild", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, env=env, timeout=300)
+                          cwd=cwd, env=hub_environment(cache), timeout=300)
+
+
+def hub_environment(cache):
+    """The environment of a process that reads the hub cache `cache` only (offline)."""
+    return {**os.environ, "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_CACHE": str(cache),
+            "HF_HOME": str(cache.parent / "hf-home"), "HF_HUB_OFFLINE": "1"}
+
+
+def databuild_each(*commands, cwd, cache=None):
+    """databuild's results for each command (a sequence of its arguments), run in turn from `cwd`: in this
+    process on local folders, in one process of its own reading the hub cache `cache` (its start and
+    imports paid once, not once a command)."""
+    if cache is None:
+        return [databuild_here(*command, cwd=cwd) for command in commands]
+    return databuild_in_a_process(*commands, env=hub_environment(cache), cwd=cwd)
 
 
 def hand_written(path, tokenizer, sources, end_of_turn, origin):
@@ -86,16 +99,16 @@ def init_then_make(tmp_path, tokenizer, end_of_turn, origin):
         given = ["--tokenizer", tok_dir, "--source", SOURCE_DIR, "--source", chat]
     work = tmp_path / "work"
     work.mkdir()
-    made = databuild("init", "mixed", *given, "--rows", 6, "--row-tokens", 256, cwd=work, cache=cache)
-    assert made.returncode == 0, made.stderr
-    config = work / "configs" / "mixed.yaml"
-    text = config.read_text()
-    built = databuild("make", "mixed", "--offline", cwd=work, cache=cache)
-    assert built.returncode == 0, built.stderr  # first try
-    assert "where the source rows went" in built.stdout
     by_hand = hand_written(tmp_path / "by-hand.yaml", tokenizer,
                            [(SOURCE_DIR, "org/tulu", "messages"), (chat, "org/chat", "sharegpt")], end_of_turn, origin)
-    reference = databuild("make", by_hand, "--out", tmp_path / "by-hand", "--offline", cwd=work, cache=cache)
+    made, built, reference = databuild_each(("init", "mixed", *given, "--rows", 6, "--row-tokens", 256),
+                                            ("make", "mixed", "--offline"),
+                                            ("make", by_hand, "--out", tmp_path / "by-hand", "--offline"),
+                                            cwd=work, cache=cache)
+    assert made.returncode == 0, made.stderr
+    text = (work / "configs" / "mixed.yaml").read_text()
+    assert built.returncode == 0, built.stderr  # first try
+    assert "where the source rows went" in built.stdout
     assert reference.returncode == 0, reference.stderr
     rows = [pq.read_table(p) for p in (work / "build" / "mixed.parquet",
                                                         tmp_path / "by-hand" / "by-hand.parquet")]

@@ -303,23 +303,24 @@ def layouts(tmp_path: Path) -> dict[str, Path]:
 @pytest.mark.parametrize("origin", ["local", "hub"])
 def test_init_detects_json_and_datasets_sources_and_its_config_builds(tmp_path, tools_tokenizer, origin):
     from test_hub import lay_out_repo
-    from test_init import databuild
+    from test_init import databuild_each
 
     folders = layouts(tmp_path / "sources")
     cache = tmp_path / "hub" if origin == "hub" else None
     work = tmp_path / "work"
     work.mkdir()
-    hashes = {}
+    given = {}
     for name, folder in folders.items():
         if origin == "local" and name not in ("shards", "datasets", "datasets-default"):  # layouts: through the hub
             continue
-        given = str(folder)
+        given[name] = str(folder)
         if cache is not None:
             files = {p.relative_to(folder).as_posix(): p for p in sorted(folder.rglob("*")) if p.is_file()}
-            lay_out_repo(cache, "dataset", f"org/{name}", f"{len(hashes) + 1}" * 40, files)
-            given = f"org/{name}"
-        made = databuild("init", name, "--tokenizer", tools_tokenizer, "--source", given, "--rows", 2,
-                         "--row-tokens", 64, cwd=work, cache=cache)
+            lay_out_repo(cache, "dataset", f"org/{name}", f"{len(given)}" * 40, files)
+            given[name] = f"org/{name}"
+    inits = databuild_each(*[("init", name, "--tokenizer", tools_tokenizer, "--source", source, "--rows", 2,
+                              "--row-tokens", 64) for name, source in given.items()], cwd=work, cache=cache)
+    for name, made in zip(given, inits):
         assert made.returncode == 0, made.stderr
         text = (work / "configs" / f"{name}.yaml").read_text()
         assert "format: messages # detected from the schema (columns messages)" in text, text
@@ -332,12 +333,14 @@ def test_init_detects_json_and_datasets_sources_and_its_config_builds(tmp_path, 
                           "card": ["chats/part-0.jsonl.gz", "chats/part-1.jsonl"],
                           "datasets": ["data/train-00000-of-00001.parquet"],
                           "datasets-default": ["data/train-00000-of-00001.parquet"]}[name], text
-        built = databuild("make", name, "--offline", cwd=work, cache=cache)
+    hashes = {}
+    for name, built in zip(given, databuild_each(*[("make", name, "--offline") for name in given], cwd=work,
+                                                 cache=cache)):
         assert built.returncode == 0, built.stderr
         manifest = json.loads((work / "build" / f"{name}.manifest.json").read_text())
         hashes[name] = manifest["output"]["rows_sha256"]
         assert manifest["output"]["rows"] == 2
-    assert len(set(hashes.values())) == 1, hashes
+    assert len(hashes) == len(given) and len(set(hashes.values())) == 1, hashes
 
 
 def arrow_values(value, kind: pa.DataType):
