@@ -90,6 +90,19 @@ def test_a_bad_row_is_named(tmp_path, column, value, message):
     assert message in str(error.value)
 
 
+def test_a_token_id_equal_to_the_size_is_refused_and_one_below_read(tmp_path):
+    """The range check's boundary: 3499 is an id of a 3,500-id tokenizer, 3500 is not."""
+    for value, refused in ((3499, False), (3500, True)):
+        rows = {k: list(v) for k, v in GOOD.items()}
+        rows["chosen_input_ids"][1] = [value, 6]
+        write_table(tmp_path / "ids.parquet", rows)
+        if refused:
+            with pytest.raises(RowFormatError, match="row 1 \\(id 'b'\\): chosen holds token id 3500, outside 0..3499"):
+                figures_of(tmp_path / "ids.parquet", 3500)
+        else:
+            figures_of(tmp_path / "ids.parquet", 3500)
+
+
 def test_identical_completions_and_lengths_are_refused(tmp_path):
     rows = {k: list(v) for k, v in GOOD.items()}
     rows["rejected_input_ids"][1], rows["rejected_loss_mask"][1] = [5, 6], [0, 1]

@@ -77,6 +77,34 @@ def test_show_refuses_a_row_past_the_end_in_one_line(paired):
     assert "Traceback" not in shown.output and shown.output.count("\n") == 1
 
 
+def test_show_refuses_an_id_equal_to_the_tokenizers_size_in_one_line(paired, tmp_path):
+    """The boundary of show's id check on a pair: an id equal to the size is none of the tokenizer's (decoded
+    as nothing, or an OverflowError further out), refused in one line; one below it is shown."""
+    import shutil
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    size = len(load_tokenizer(resolve_config(NAME).tokenizer.dir))
+    table = pq.read_table(paired.parquet)
+    for value in (size - 1, size):
+        folder = tmp_path / str(value)
+        folder.mkdir()
+        shutil.copyfile(paired.manifest, folder / paired.manifest.name)
+        ids = table.column("chosen_input_ids").to_pylist()
+        ids[0][0] = value
+        column = pa.array(ids, type=table.schema.field("chosen_input_ids").type)
+        index = table.schema.get_field_index("chosen_input_ids")
+        pq.write_table(table.set_column(index, table.schema.field(index), column), folder / paired.parquet.name)
+        shown = run("show", folder / paired.parquet.name, "--row", 0)
+        if value < size:
+            assert shown.exit_code == 0, shown.output
+        else:
+            assert shown.exit_code == 1 and shown.output.count("\n") == 1, shown.output
+            assert f"row 0: token 0 has id {size}, outside 0..{size - 1} (the {size:,} ids of the tokenizer it is " \
+                   "decoded with)" in shown.output
+
+
 def test_show_prints_an_unpaired_completion_with_its_label(tmp_path_factory, tmp_path):
     data = tmp_path / "unpaired" / "data"
     data.mkdir(parents=True)
