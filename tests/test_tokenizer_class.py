@@ -95,8 +95,9 @@ def test_declared_class_resolved_as_autotokenizer(tmp_path, name, source):
         with pytest.raises(Exception):
             load_tokenizer(directory)
         return exc
-    assert type(load_tokenizer(directory)) is type(theirs)
-    assert_same_tokenizer(load_tokenizer(directory), theirs)
+    ours = load_tokenizer(directory)
+    assert type(ours) is type(theirs)
+    assert_same_tokenizer(ours, theirs)
 
 
 def test_every_mapped_class_name_is_transformers_own():
