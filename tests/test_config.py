@@ -149,6 +149,23 @@ def test_deep_nesting_is_one_line(tmp_path):
             load_config(path)
 
 
+def test_the_documented_depth_bound_is_exact():
+    """data/README: a config nests "at most 64 levels deep" below its top mapping: 64 lists load, 65 are refused
+    (checked on the loaded value, as load_config checks it: no key takes nested lists that deep as valid)."""
+    from databuild.config.load import MOST_CONFIG_DEPTH, _check_size
+
+    def value(lists: int):
+        inner = []
+        for _ in range(lists - 1):
+            inner = [inner]
+        return {"description": inner}
+
+    assert MOST_CONFIG_DEPTH == 64
+    _check_size(value(64), "c.yaml")
+    with pytest.raises(BuildError, match="c.yaml: nested deeper than 64 levels"):
+        _check_size(value(65), "c.yaml")
+
+
 def test_description_must_be_text(tmp_path):
     for bad in ([1, 2], {"a": 1}, 3):
         with pytest.raises(BuildError, match="key 'description' = .*: expected str"):

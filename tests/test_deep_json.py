@@ -113,3 +113,14 @@ def test_deep_element_of_a_json_array_file(tmp_path, tools_tokenizer, levels):
     else:
         assert message.startswith("malformed conversation: org/agentic: data/train.json: row 1 ") and \
             f"line {line}: nested deeper than 100 levels" in message, message
+
+
+def test_the_documented_bound_is_exact():
+    """data/README: JSON text "may nest at most 100 levels": 100 parse, 101 are refused."""
+    from databuild.utils.json_depth import MOST_JSON_DEPTH, TooDeep, loads
+
+    assert MOST_JSON_DEPTH == 100
+    assert loads(nested(100)) is not None and loads('{"a": ' + nested(99) + "}") is not None
+    for text in (nested(101), '{"a": ' + nested(100) + "}"):
+        with pytest.raises(TooDeep):
+            loads(text)

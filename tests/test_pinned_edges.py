@@ -42,6 +42,18 @@ def test_a_stop_token_in_a_field_other_than_content_is_refused(tokenizer, field,
     assert out.problem[1].startswith(f"assistant message 1: its {named} spells the stop token '{STOP}'")
 
 
+def test_a_token_generate_stops_on_is_refused_in_a_field_beside_a_declared_end_of_turn(tokenizer):
+    """With end_of_turn declared (or a tagged template), the ends of turn do not hold generation_config's stop
+    tokens; a field spelling one is refused all the same: `generate` would stop there."""
+    msgs = (*messages(("user", "Hi")), {"role": "assistant", "content": "Hello <|eot_id|> there"})
+    renderer = Renderer(family("chatml"), dict(tokenizer.special_tokens_map), KWARGS)
+    encoder = Encoder(tokenizer, renderer, "assistant", (STOP,), stops=("<|eot_id|>",))
+    assert "<|eot_id|>" not in encoder.end_of_turn
+    [out] = encoder.encode_batch([Conversation(Origin(0, 0, "c", "s"), msgs)])
+    assert out.problem is not None and out.problem[0] == "stop_token_in_field", out.problem
+    assert out.problem[1].startswith("assistant message 1: its content spells the stop token '<|eot_id|>'")
+
+
 # --- the boundary of the id range checks: an id equal to the vocabulary's size is out ----------------------
 
 def test_an_eos_token_id_equal_to_the_vocabulary_size_is_refused(tokenizer, tmp_path):
@@ -126,6 +138,25 @@ def test_a_second_signal_during_the_clean_up_is_ignored():
                 again.append(second.signum)
             cleaned.append(True)
     assert again == [] and cleaned == [True] and received() == signal.SIGTERM
+
+
+def test_a_stop_handled_in_one_command_leaves_the_next_one_stoppable():
+    """A process that runs commands one after another (the API, a notebook, the test suite's CLI runs): a signal
+    after a stopped command stops the next one too, and the next command's errors are not taken for a stop."""
+    from databuild.stopping import Stopped, received, stop_signals
+
+    with stop_signals():
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+        except Stopped:
+            pass
+    with stop_signals():
+        assert received() is None
+        with pytest.raises(Stopped):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)
+    assert received() == signal.SIGINT
 
 
 # --- the order in which the last in-flight batches come back -----------------------------------------------
