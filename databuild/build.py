@@ -46,6 +46,7 @@ from .records.problems import OVERLONG, BadConversation, Problem, bad_conversati
 from .sources.mixture import counting_by_source
 from .sources.spill_folder import remove_stale_spill_folders
 from .utils.files import file_sha256
+from .utils.versions import read_versions_early
 from .shortfall import ran_out
 from .rowfile.write import WRITER_OPTIONS, partial_path, partials, publish, rows_per_group, write_rows
 
@@ -114,6 +115,7 @@ def make(config: BuildConfig, out_dir: Path, *, force: bool = False, offline: bo
     builds = force or not manifest_path(final).exists()
     if builds:  # its workers' fork server imports while it pins
         start_early(executor, workers)
+        read_versions_early()
     # Where it builds, the source pass runs while the tokenizer loads (prepare.pin, wait=False); the
     # local workers start once it has (encoding_on).
     pinned = pin(config, offline, wait=not builds)

@@ -7,6 +7,7 @@ training build drops for it. build.py runs these, then the stream.
 
 from __future__ import annotations
 
+import sys
 import tempfile
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -33,6 +34,7 @@ from .sources.spill_folder import spill_folder
 from .sources.spilled import SpilledBatch
 
 DEFAULT_WINDOW = 8192  # conversations per spilled bucket: the memory bound of the source stage
+LOADING_SWITCH_INTERVAL = 0.0005  # s: the GIL's switch interval while the tokenizer loads beside the source pass
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,13 @@ def pin(config: BuildConfig, offline: bool = False, wait: bool = True) -> Pinned
     pinned = Pinned(config, inputs, loading[0])
     if wait:
         pinned.encoder  # noqa: B018  (raises the tokenizer's error here)
+    else:
+        # The load is Python (imports) holding the GIL, while the source pass's threads take it back
+        # between their Arrow calls, each waiting up to the switch interval (5 ms) for it: shorter while
+        # both run, so that the pass is not held up by the load.
+        previous = sys.getswitchinterval()
+        sys.setswitchinterval(min(previous, LOADING_SWITCH_INTERVAL))
+        pinned.loaded.add_done_callback(lambda _: sys.setswitchinterval(previous))
     return pinned
 
 

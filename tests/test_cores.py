@@ -189,6 +189,34 @@ def test_a_builds_end_leaves_its_workers_to_exit_on_their_own(tiny_config, monke
     assert processes and [p.exitcode for p in processes] == [0] * len(processes)
 
 
+def test_a_closed_stream_stops_its_batches_in_flight_and_the_next_stream_encodes_them_all(tiny_config, monkeypatch):
+    """Closing a stream (the build has its rows) stops the batches still in flight (the workers leave their
+    cores to the build's end), and a second stream on the same workers (the training build after its
+    validation file's) encodes every batch, as one process does."""
+    from databuild.prepare import prepare
+    from databuild.executors.local import LocalEncoding
+    from databuild.executors.stream import overlapped
+
+    monkeypatch.setenv("DATABUILD_CORES", "8")
+    with prepare(tiny_config) as prepared:
+        expected = [(t.origin.id, t.input_ids.tolist()) for t in overlapped(prepared.batches(2, False), prepared.encoder)]
+        with LocalEncoding(prepared.encoder, 2) as local:
+            futures = []
+            submit = local.pool.submit
+
+            def recorded(*args):
+                futures.append(submit(*args))
+                return futures[-1]
+
+            monkeypatch.setattr(local.pool, "submit", recorded)
+            first = local.stream(prepared.batches(2, by_reference=True))
+            assert len(list(islice(first, 1))) == 1
+            first.close()
+            assert local.ended.is_set() and len(futures) > 1
+            again = [(t.origin.id, t.input_ids.tolist()) for t in local.stream(prepared.batches(2, by_reference=True))]
+    assert again == expected
+
+
 # A build's process, its encoding started: it prints its workers' pids, and waits to be killed.
 HOLDING_WORKERS = """
 import sys, time

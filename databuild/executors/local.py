@@ -14,7 +14,7 @@ import pickle
 import sys
 import tempfile
 import threading
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
@@ -51,6 +51,7 @@ class LocalEncoding:
         self.start_failed: BaseException | None = None
         self.folder: tempfile.TemporaryDirectory | None = None
         self.ended = self.lifeline = None  # the workers' stop (workers.end_pool), and what ends them if this process dies
+        self.in_flight: set[Future] = set()  # the stream's batches sent to the workers and not done
 
     def __enter__(self) -> LocalEncoding:
         if self.workers == 1:
@@ -118,8 +119,28 @@ class LocalEncoding:
         if self.start_failed is not None:
             raise BuildError(f"the encode processes did not start: {type(self.start_failed).__name__}: "
                              f"{self.start_failed}") from self.start_failed
-        return in_order(batches_, lambda b: self.pool.submit(encode_in_worker, b),
-                        lambda future: from_columns(future.result()), 2 * self.workers)
+        return self._pooled(batches_)
+
+    def _pooled(self, batches_: Iterable[list[Conversation] | SpilledBatch]) -> Iterator[TokenizedConversation]:
+        """in_order over the pool. Once the build has its rows and closes this (or fails), the batches still in
+        flight are of no use: the workers stop them at their next part (`ended`, as end_pool) and take the
+        queued ones without encoding them, leaving their cores to the build's end. A later stream (the
+        training build's, after its validation file's) waits for them to have stopped before it starts."""
+        wait(self.in_flight)
+        self.ended.clear()
+        self.in_flight = set()
+        try:
+            yield from in_order(batches_, self._submit, lambda future: from_columns(future.result()), 2 * self.workers)
+        finally:
+            self.ended.set()
+            for future in list(self.in_flight):
+                future.cancel()
+
+    def _submit(self, batch) -> Future:
+        future = self.pool.submit(encode_in_worker, batch)
+        self.in_flight.add(future)
+        future.add_done_callback(self.in_flight.discard)
+        return future
 
     def __exit__(self, *exc) -> None:
         if self.starting is not None:

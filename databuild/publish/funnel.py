@@ -36,6 +36,13 @@ def _per_source(firsts: list[int], rows, sources: int) -> list[int]:
     return np.bincount(found, minlength=sources).tolist()
 
 
+def _distinct(rows: np.ndarray) -> int:
+    """How many distinct values `rows` holds: sorted, then counted where they change (np.unique took
+    ~0.5-1 s for the 960,000 rows of a recipe's source, at every build's end)."""
+    ordered = np.sort(rows)
+    return int(np.count_nonzero(ordered[1:] != ordered[:-1])) + 1 if len(ordered) else 0
+
+
 def funnel(record: BuildRecord, read: list[int]) -> dict[str, Any]:
     """counts.funnel: {"total": box -> count, "sources": [the same per source, with its name]}; `read`
     is what the stream handed the packer, by source (BuildRecord.read); the rest by source from the rows
@@ -58,7 +65,7 @@ def funnel(record: BuildRecord, read: list[int]) -> dict[str, Any]:
     for number, source in enumerate(inputs.sources):
         drops = {kind: dropped[kind][number] for kind in kinds}
         packed = read[number] - sum(drops.values())
-        distinct = len(np.unique(source.selected))
+        distinct = _distinct(source.selected)
         sources.append({"source": source.spec.name, "rows": source.rows, "not_taken": source.rows - distinct,
                         "taken": distinct, "repeats": len(source.selected) - distinct,
                         "not_reached": len(source.selected) - read[number],
