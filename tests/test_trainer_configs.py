@@ -256,6 +256,9 @@ def test_trl_arguments_pass_sft_trainer_and_train_the_native_targets(tiny_build,
     out = exported["hf"]
     arguments = load_yaml(out.with_name("tiny.trl.yaml"))
     assert script_arguments(out.with_name("tiny.trl.py")) == arguments
+    # the warning TRL prints for a batch of one row is answered where the user reads the script (issue 31's walk)
+    assert "TRL then warns that \"a batch size of 1 annihilate[s] the benefits of padding-free training\"" in \
+        out.with_name("tiny.trl.py").read_text() and arguments["per_device_train_batch_size"] == 1
     config = configs.trl_config({**arguments, "output_dir": "run"})
     columns = pq.read_schema(out).names
     plan = configs.trl_trainer_checks(config, columns)

@@ -94,6 +94,10 @@ parser = HfArgumentParser(SFTConfig)  # SFTConfig's own arguments after OUTPUT_D
 parser.set_defaults(**ARGUMENTS, bf16=bf16)
 (config,) = parser.parse_args_into_dataclasses(["--output_dir", output_dir, *sys.argv[3:]])
 model = AutoModelForCausalLM.from_pretrained(model_name, attn_implementation=attention)
+# TRL then warns that "a batch size of 1 annihilate[s] the benefits of padding-free training" (sft_trainer.py,
+# for per_device_train_batch_size 1 without packing): its benefit is no padding between conversations, and
+# each row here is already {row_tokens} tokens of conversations packed without padding; one row a device is the
+# step the build was made for.
 trainer = SFTTrainer(model=model, args=config,
                      train_dataset=load_dataset("parquet", data_files=ROWS, split="train"),{eval_dataset}
                      processing_class=AutoTokenizer.from_pretrained(model_name))
