@@ -89,6 +89,21 @@ def test_a_bad_limit_is_refused(tmp_path, value):
         load_config(write_config(tmp_path / "c.yaml", render_timeout=value))
 
 
+def test_one_long_operation_in_c_is_stopped_at_the_limit_too():
+    """A render whose time goes into one operation of the interpreter's C code, not into the template's
+    loops: a power of a big integer (~10^8 digits), minutes of CPython's long arithmetic, which checks for
+    signals as it goes. On the main thread, where every executor renders, the limit stops it there."""
+    from databuild.encode import transformers_private
+    from databuild.encode.render_limit import RenderTimedOut, time_limit
+
+    source = "{{ (10 ** (n * 10 ** 8)) % 7 }}"  # n: not a constant, so Jinja cannot fold it when compiling
+    template = transformers_private.template_environment(source).from_string(source)
+    started = time.perf_counter()
+    with pytest.raises(RenderTimedOut), time_limit(0.5):
+        template.render(n=1)
+    assert time.perf_counter() - started < 5
+
+
 def test_a_render_within_the_limit_is_not_disturbed(tokenizer):
     """The timer is disarmed after each render, and a SIGALRM outside a render raises nothing."""
     import os
