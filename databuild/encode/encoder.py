@@ -123,9 +123,7 @@ class Encoder:
             samples, turns_out, samples_out = chosen
             encodings_of = [encoding] if _own_render(samples, item) else [next(extra) for _ in samples]
             try:
-                tokenized = targets.tokenized(self, conversation, samples, encodings_of)
-                out.append(replace(tokenized[0], turns_not_trained=turns_out, samples_not_written=samples_out))
-                out += tokenized[1:]
+                out += targets.tokenized(self, conversation, samples, encodings_of, turns_out, samples_out)
             except MACHINE_LIMITS as exc:
                 raise machine_limit(conversation.origin, exc) from None
         return out
