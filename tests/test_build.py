@@ -250,7 +250,7 @@ def test_malformed_conversation_is_one_line_naming_file_row_and_id(tmp_path):
     assert [p.name for p in out.iterdir()] == [TINY_LOCK]
 
 
-def test_a_tokenizer_that_does_not_load_is_named_before_the_sources_malformed_rows(tmp_path):
+def test_a_tokenizer_that_does_not_load_is_named_before_the_sources_malformed_rows(tmp_path, sixteen_cores):
     """make reads the source while the tokenizer loads (prepare.pin, wait=False): with both broken, the
     tokenizer's error is the one said, as when the load came first, whichever ends first."""
     broken = tmp_path / "broken-tokenizer"
@@ -261,8 +261,7 @@ def test_a_tokenizer_that_does_not_load_is_named_before_the_sources_malformed_ro
     config = write_config(tmp_path / "bad.yaml", source={"dir": str(bad_source(tmp_path))}, rows=2,
                           tokenizer={"dir": str(broken), "sha256": pins})
     for workers in ("1", "2"):
-        result = run_cli("make", str(config), "--out", str(tmp_path / "out"), "--workers", workers,
-                         env={"DATABUILD_CORES": "16"})
+        result = run_cli("make", str(config), "--out", str(tmp_path / "out"), "--workers", workers)
         assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
         assert "error: the chat template does not compile: TemplateSyntaxError" in result.stderr
         assert [p.name for p in (tmp_path / "out").iterdir()] == [TINY_LOCK]

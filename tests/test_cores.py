@@ -117,14 +117,13 @@ def test_results_cross_from_workers_whole(tiny_config):
     ("16", "2", "encoded by: 2 processes x 8 tokenizer threads\n"),
     ("16", "20", "encoded by: 16 processes x 1 tokenizer thread; --workers 20 asked, 16 run: one process per core, "
                  "16 at most (16 cores here), as more were slower")])
-def test_make_says_how_it_encoded(tmp_path, cores_, workers, said):
+def test_make_says_how_it_encoded(tmp_path, monkeypatch, cores_, workers, said):
     """What runs is said where the user sees it, a --workers that does not run as asked included."""
-    from conftest import REPO, TINY
+    from conftest import TINY, databuild_here
 
-    env = {**os.environ, "DATABUILD_CORES": cores_}
-    env.pop("RAYON_NUM_THREADS", None)
-    done = subprocess.run([sys.executable, "-m", "databuild", "make", TINY, "--out", str(tmp_path), "--workers",
-                           workers], cwd=REPO, env=env, capture_output=True, text=True)
+    monkeypatch.setenv("DATABUILD_CORES", cores_)
+    monkeypatch.delenv("RAYON_NUM_THREADS", raising=False)
+    done = databuild_here("make", TINY, "--out", tmp_path, "--workers", workers)
     assert done.returncode == 0, done.stderr
     assert said in done.stdout
 
