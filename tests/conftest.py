@@ -1,5 +1,7 @@
 """Shared fixtures and helpers: the repository's tiny config and fixture files, one tiny build per session,
-`databuild verify` through click's runner, a mask's supervised runs decoded. Helper modules (references
+`databuild verify` through click's runner, any command in this process as a process would run it
+(databuild_here) or several in one process started with an environment (databuild_in_a_process), a
+mask's supervised runs decoded. Helper modules (references
 re-implemented without databuild, a stand-in hub, trainers' readers and configuration checks) live in
 tests/support/, importable by name."""
 
