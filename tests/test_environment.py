@@ -86,11 +86,12 @@ def test_tmpdir_full_during_the_spill(tiny_build, previous, tmp_path):
 
 
 def test_tmpdir_full_with_encode_processes(tiny_build, previous, tmp_path, sixteen_cores):
-    # With two encode processes the first write into $TMPDIR is the encoder they read (~100 kB here), before
-    # the spill: it said only "error: No space left on device" (here, "File too large"), no folder, no fix.
+    # With two encode processes the encoder they read (~100 kB here) goes into $TMPDIR too: that write said
+    # only "error: No space left on device" (here, "File too large"), no folder, no fix. The spill's buckets
+    # are kept small (8 conversations each), so that the encoder's is the write that fails.
     config = write_config(tmp_path / "c.yaml", seed=7)
     (tmp_path / "tmp").mkdir()
-    result = make_limited(config, previous, tmp_path / "tmp", 50_000, 8192, "--workers", "2")
+    result = make_limited(config, previous, tmp_path / "tmp", 50_000, 8, "--workers", "2")
     assert result.returncode == 1
     line = one_line(result.stderr)
     assert re.match(rf"error: {tmp_path / 'tmp'}/databuild-[^/]+/encoder.pickle: writing the encoder for the encode "
