@@ -49,8 +49,8 @@ def _columns(pair: StoredPair) -> dict[str, object]:
 
 
 def _digest(pair: StoredPair) -> str:
-    lists = [pair.prompt_ids, *(x for c in zip(pair.completion_ids, pair.completion_masks) for x in c)]
-    return hashlib.sha256(row_bytes(pair.id, lists, pair.label)).hexdigest()
+    return hashlib.sha256(row_bytes(pair.id, pair.prompt_ids, pair.completion_ids, pair.completion_masks,
+                                    pair.label)).hexdigest()
 
 
 def _parting(row: int, a: StoredPair, b: StoredPair) -> str:

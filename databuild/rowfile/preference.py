@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
 
 import numpy as np
 import pyarrow as pa
@@ -66,8 +65,10 @@ def kind_of(file_schema: pa.Schema, path: Path) -> str:
     return kind
 
 
-def row_bytes(pair_id: str, lists: Iterable[np.ndarray], label: bool | None) -> bytes:
-    """One row's contribution to rows_sha256 (module docstring)."""
+def row_bytes(pair_id: str, prompt: np.ndarray, completions, masks, label: bool | None) -> bytes:
+    """One row's contribution to rows_sha256 (module docstring): its lists are the prompt's ids, then each
+    completion's ids and mask in turn."""
+    lists = [prompt, *(x for pair in zip(completions, masks) for x in pair)]
     encoded = pair_id.encode("utf-8")
     parts = [np.array([len(encoded)], dtype="<u4").tobytes(), encoded]
     for values in lists:
@@ -93,8 +94,7 @@ class PairFigures:
     _sha: object = field(default_factory=hashlib.sha256, repr=False)
 
     def add(self, pair_id: str, prompt: np.ndarray, completions, masks, label: bool | None) -> None:
-        lists = [prompt, *(x for pair in zip(completions, masks) for x in pair)]
-        data = row_bytes(pair_id, lists, label if self.kind == "unpaired" else None)
+        data = row_bytes(pair_id, prompt, completions, masks, label if self.kind == "unpaired" else None)
         self._sha.update(data)
         self.row_digests.append(hashlib.sha256(data).hexdigest()[:ROW_DIGEST_HEX])
         self.rows += 1
