@@ -63,13 +63,18 @@ def assistant_fields(messages) -> list[tuple[int, tuple, str]]:
             fields.append((index, ("content",), message["content"]))
         calls = message.get("tool_calls")
         for k, call in enumerate(calls if isinstance(calls, list) else ()):
-            # OpenAI's {"type": "function", "function": {...}}, or the function itself as some sets store it
-            inner = ("function",) if isinstance(call, dict) and isinstance(call.get("function"), dict) else ()
-            function = call["function"] if inner else call
+            function = call_function(call)
+            inner = ("function",) if function is not call else ()
             for key in ("name", "arguments"):
                 if isinstance(function, dict) and isinstance(function.get(key), str) and function[key]:
                     fields.append((index, ("tool_calls", k, *inner, key), function[key]))
     return fields
+
+
+def call_function(call):
+    """A tool call's function: OpenAI's {"type": "function", "function": {...}}, or the call itself, the
+    function as some sets store it."""
+    return call["function"] if isinstance(call, dict) and isinstance(call.get("function"), dict) else call
 
 
 def message_fields(messages) -> list[tuple[int, tuple, str]]:

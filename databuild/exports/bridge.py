@@ -42,7 +42,7 @@ import pyarrow as pa
 from .recipe_text import absolute, comment, python_call, yaml_text
 from ..rowfile.read import RowBlock
 from .rows import list_array
-from .stream import Format, export_stem
+from .stream import SEGMENT_START_WHY, Format, export_stem
 
 BRIDGE = "NVIDIA-NeMo/Megatron-Bridge@067f987d"
 SPECS_CLASS = "megatron.bridge.data.packing.PackedSequenceSpecs"
@@ -64,7 +64,7 @@ class BridgeFormat(Format):
     schema = SCHEMA
     convention = ("Megatron-Bridge stored convention: loss_mask[j] = 1 means ids[j+1] is a target "
                   "(rolled left by one within each segment; 0 on a segment's last token)")
-    why = {"target_at_segment_start": "a target on a segment's first token: the trainer runs each segment as a sequence of its own, so no position of it comes before that token to predict it (its cu_seqlens)"}
+    why = {"target_at_segment_start": f"{SEGMENT_START_WHY} (its cu_seqlens)"}
 
     def __init__(self) -> None:
         super().__init__()

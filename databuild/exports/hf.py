@@ -29,7 +29,7 @@ import pyarrow as pa
 from .recipe_text import absolute, yaml_text
 from ..rowfile.read import RowBlock
 from .rows import list_array
-from .stream import Format, export_stem
+from .stream import SEGMENT_START_WHY, Format, export_stem
 
 TRL = "huggingface/trl@f2cd5771"
 
@@ -43,7 +43,7 @@ class HfFormat(Format):
     schema = SCHEMA
     convention = ("TRL padding-free: labels[i] = input_ids[i] where token i is a target, -100 elsewhere "
                   "and at every segment's first token (the model shifts); seq_lengths = segment lengths")
-    why = {"target_at_segment_start": "a target on a segment's first token: the trainer runs each segment as a sequence of its own, so no position of it comes before that token to predict it (TRL restarts position_ids there and labels it -100)"}
+    why = {"target_at_segment_start": f"{SEGMENT_START_WHY} (TRL restarts position_ids there and labels it -100)"}
 
     def convert(self, block: RowBlock) -> pa.Table:
         self.count("target_at_segment_start", block.targets_at_segment_starts())

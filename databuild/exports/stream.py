@@ -33,6 +33,12 @@ from ..rowfile.read import RowBlock, read_blocks
 FORMAT = "databuild-export/1"
 
 
+# Why a layout that runs each segment as a sequence of its own cannot train a target on the segment's first
+# token; each such layout says after it what restarts there.
+SEGMENT_START_WHY = ("a target on a segment's first token: the trainer runs each segment as a sequence of its own, "
+                     "so no position of it comes before that token to predict it")
+
+
 class Format:
     """One trainer's layout. Subclasses convert a block of native rows into a table of theirs and
     count, by kind, the targets that layout cannot represent."""

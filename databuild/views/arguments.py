@@ -22,7 +22,7 @@ from __future__ import annotations
 import itertools
 from typing import Any, Callable
 
-from ..encode.placement import MaskError, Placed, message_fields, place_fields
+from ..encode.placement import MaskError, Placed, call_function, message_fields, place_fields
 
 _LAYOUTS = ({}, {"separators": (",", ":")}, {"indent": 2}, {"indent": 4})
 
@@ -85,6 +85,4 @@ def placed_with_arguments(renderer, messages, tools, text: str) -> tuple[list[Pl
 
 def _arguments(message: dict, call: int):
     """The arguments of the message's tool call `call`, as the record holds them (wrapped or flat)."""
-    function = message["tool_calls"][call]
-    function = function["function"] if isinstance(function.get("function"), dict) else function
-    return function.get("arguments")
+    return call_function(message["tool_calls"][call]).get("arguments")
