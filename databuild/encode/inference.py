@@ -65,10 +65,13 @@ class Sample:
     turns: tuple[tuple[int, int], ...] = ()  # each span's turn: its first and last message; () when not known
 
 
+NO_STOP = r"(?!)"  # the pattern of no stop token: matches nothing, never the empty string
+
+
 def stop_pattern(stops: frozenset[str]) -> re.Pattern:
-    """A pattern matching any of `stops` (none matches nothing, never the empty string)."""
+    """A pattern matching any of `stops` (none: NO_STOP)."""
     if not stops:
-        return re.compile(r"(?!)")
+        return re.compile(NO_STOP)
     # longest first: where one stop token is a prefix of another, the longer one is the match
     return re.compile("|".join(re.escape(t) for t in sorted(stops, key=lambda t: (-len(t), t))))
 
@@ -85,6 +88,8 @@ def _strings(value: Any) -> Iterator[str]:
 
 
 def check_no_stop_in_fields(messages, stops: re.Pattern) -> None:
+    if stops.pattern == NO_STOP:  # (stop_tokens_in_fields: train) NO_STOP would still be tried at every character
+        return
     for index, message in enumerate(messages):
         if message.get("role") != "assistant":
             continue
