@@ -2,15 +2,17 @@
 sources/reader.py yields them: the malformed rows with their reasons, each row's record counts, and the
 batch made valid UTF-8 for the spill.
 
-The checks are column-wise (Arrow compute), so the whole source is checked in seconds; `spill`
-runs them in its first pass, before anything is rendered.
+The checks are column-wise, so the whole source is checked in seconds: numpy over Arrow's buffers
+(sources/buffers.py) and a few Arrow calls a batch, with Python only for the rows found bad and for the
+messages with fields beyond role and content. `spill` runs them in its first pass, on a thread per core,
+before anything is rendered.
 """
 
 from __future__ import annotations
 
 import json
 from collections import Counter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -18,6 +20,7 @@ import pyarrow.compute as pc
 
 from ..records.conversation import REASONING_FIELDS
 from ..records.problems import MALFORMED, BadConversation, Problem, bad_conversation
+from .buffers import int32_values, lengths, present, validity
 from .record import MESSAGE, ROLES, SOURCE_SCHEMA, unknown_role
 from .tool_checks import TOOL_COUNTS, tool_call_findings
 
@@ -61,15 +64,21 @@ def _repaired(strings: pa.Array) -> pa.Array:
                     strings.type)
 
 
+def _all_utf8(batch: pa.RecordBatch) -> bool:
+    """Whether every string of the batch is valid UTF-8 (parquet does not guarantee it): one C++ pass."""
+    try:
+        batch.validate(full=True)
+        return True
+    except pa.ArrowInvalid:
+        return False
+
+
 def with_valid_utf8(batch: pa.RecordBatch) -> pa.RecordBatch:
     """The batch (in SOURCE_SCHEMA) with every invalid UTF-8 string replaced by its escaped text, so that
     it can be spilled and read back; the check has marked those rows malformed, so nothing is built
     from the replacement."""
-    try:
-        batch.validate(full=True)
+    if _all_utf8(batch):
         return batch
-    except pa.ArrowInvalid:
-        pass
     messages = batch.column("messages")
     items = messages.values
     repaired = pa.StructArray.from_arrays([_repaired(child) for child in items.flatten()],
@@ -79,86 +88,116 @@ def with_valid_utf8(batch: pa.RecordBatch) -> pa.RecordBatch:
                                        batch.column("tools")], schema=SOURCE_SCHEMA)
 
 
-def _parsed_fields(fields: pa.Array) -> tuple[np.ndarray, list[dict]]:
-    """(the items with fields, their fields as dicts): only messages beyond role and content cost Python."""
-    items = np.flatnonzero(fields.is_valid().to_numpy(zero_copy_only=False))
-    return items, [json.loads(text) for text in fields.take(pa.array(items)).to_pylist()] if len(items) else []
+class _Items:
+    """The batch's messages flat, read once for every check: `parent` row and `starts` of each row's
+    items, their `role_text` and `contents`, `roles` (the role's index in ROLES, -1 for null or unknown),
+    and the fields parsed (`with_fields`: the items that have any; `fields`: their dicts)."""
+
+    def __init__(self, batch: pa.RecordBatch):
+        messages = batch.column("messages")
+        counts = lengths(messages)
+        self.starts = np.concatenate([[0], np.cumsum(counts)])
+        self.parent = np.repeat(np.arange(batch.num_rows), counts)
+        flat = pc.list_flatten(messages)
+        self.role_text = pc.struct_field(flat, "role")
+        self.contents = pc.struct_field(flat, "content")
+        self.roles = int32_values(pc.index_in(self.role_text, value_set=_ROLE_SET), -1)
+        fields = pc.struct_field(flat, "fields")
+        self.with_fields = present(fields)  # only messages beyond role and content cost Python
+        self.fields = [json.loads(text) for text in fields.take(pa.array(self.with_fields)).to_pylist()] if len(
+            self.with_fields) else []
+
+    def message(self, item: int) -> tuple[int, int]:
+        """(row, the item's message number within it)."""
+        row = int(self.parent[item])
+        return row, int(item - self.starts[row])
 
 
-def _malformed_rows(batch: pa.RecordBatch, parent: np.ndarray, starts: np.ndarray,
-                    parsed: tuple[np.ndarray, list[dict]]) -> dict[int, str]:
-    """Row (within the batch) to reason, computed column-wise: the whole source is checked in seconds."""
+_ROLE_SET = pa.array(ROLES, pa.string())
+_ASSISTANT, _TOOL = ROLES.index("assistant"), ROLES.index("tool")
+
+
+def _malformed_rows(batch: pa.RecordBatch, items: _Items) -> dict[int, str]:
+    """Row (within the batch) to reason, computed column-wise (numpy over Arrow's buffers, a few Arrow
+    calls a batch, one C++ pass for UTF-8 where every string is valid): a row that is fine costs no
+    Python of its own, and the pass's threads seldom wait for one another at the interpreter."""
     bad: dict[int, str] = {}
-    ids, messages = batch.column("id"), batch.column("messages")
-    for column in ("id", "source"):
-        for row in _invalid_utf8(batch.column(column)):
-            bad.setdefault(row, f"'{column}' is not valid UTF-8")
-    for row in np.flatnonzero(pc.fill_null(pc.equal(pc.utf8_length(ids), 0), True).to_numpy(
-            zero_copy_only=False)):
-        bad.setdefault(int(row), "missing or empty id")
-    for row in np.flatnonzero(np.diff(starts) == 0):
-        bad.setdefault(int(row), "missing or empty 'messages'")
-    flat = pc.list_flatten(messages)
-    if len(flat):
-        roles, contents = pc.struct_field(flat, "role"), pc.struct_field(flat, "content")
-        for field, values in (("role", roles), ("content", contents)):
+    utf8 = _all_utf8(batch)
+    if not utf8:
+        for column in ("id", "source"):
+            for row in _invalid_utf8(batch.column(column)):
+                bad.setdefault(row, f"'{column}' is not valid UTF-8")
+    for row in np.flatnonzero(lengths(batch.column("id")) == 0).tolist():
+        bad.setdefault(row, "missing or empty id")
+    for row in np.flatnonzero(np.diff(items.starts) == 0).tolist():
+        bad.setdefault(row, "missing or empty 'messages'")
+    if not len(items.parent):
+        return bad
+    if not utf8:
+        for field, values in (("role", items.role_text), ("content", items.contents)):
             for item in _invalid_utf8(values):
-                row = int(parent[item])
-                bad.setdefault(row, f"message {item - starts[row]}: {field} is not valid UTF-8")
-        unknown = pc.invert(pc.fill_null(pc.is_in(roles, pa.array(ROLES)), False))
-        for item in np.flatnonzero(unknown.to_numpy(zero_copy_only=False)):
-            row = int(parent[item])
-            if row not in bad:
-                bad[row] = f"message {item - starts[row]}: {unknown_role(_text(roles, item))}"
-        # content may be null only where the message says something else: an assistant turn's tool
-        # calls or reasoning (what apply_chat_template documents); the template never sees the key then
-        with_fields = dict(zip(parsed[0].tolist(), parsed[1]))
-        for item in np.flatnonzero(pc.is_null(contents).to_numpy(zero_copy_only=False)):
-            row = int(parent[item])
-            fields = with_fields.get(int(item), {})
+                row, number = items.message(item)
+                bad.setdefault(row, f"message {number}: {field} is not valid UTF-8")
+    for item in np.flatnonzero(items.roles < 0).tolist():
+        row, number = items.message(item)
+        if row not in bad:
+            bad[row] = f"message {number}: {unknown_role(_text(items.role_text, item))}"
+    # content may be null only where the message says something else: an assistant turn's tool
+    # calls or reasoning (what apply_chat_template documents); the template never sees the key then
+    has_content = validity(items.contents)
+    if has_content is not None:
+        with_fields = dict(zip(items.with_fields.tolist(), items.fields))
+        for item in np.flatnonzero(~has_content).tolist():
+            fields = with_fields.get(item, {})
             if "content" in fields:  # a list of parts, carried in the fields
                 continue
-            if roles[item].as_py() != "assistant" or not (
+            if items.roles[item] != _ASSISTANT or not (
                     fields.get("tool_calls") or any(key in fields for key in REASONING_FIELDS)):
-                bad.setdefault(row, f"message {item - starts[row]}: content is null, not a string (null content "
+                row, number = items.message(item)
+                bad.setdefault(row, f"message {number}: content is null, not a string (null content "
                                     "is for an assistant message with tool_calls or reasoning)")
     return bad
 
 
-def _record_counts(batch: pa.RecordBatch, parent: np.ndarray, parsed: tuple[np.ndarray, list[dict]]) -> np.ndarray:
+def _record_counts(batch: pa.RecordBatch, items: _Items, tools: dict[int, Any]) -> np.ndarray:
     """RECORD_COUNTS of each row of the batch (rows x counts, int64)."""
     n = batch.num_rows
     counts = np.zeros((n, len(RECORD_COUNTS)), dtype=np.int64)
-    if not len(parent):
+    if not len(items.parent):
         return counts
-    roles = pc.struct_field(pc.list_flatten(batch.column("messages")), "role")
-    tool = pc.fill_null(pc.equal(roles, "tool"), False).to_numpy(zero_copy_only=False)
-    counts[:, 1] = np.bincount(parent[tool], minlength=n)
-    items, fields = parsed
-    calls = np.array([len(f.get("tool_calls") or ()) for f in fields], dtype=np.int64)
-    reasoning = np.array([any(key in f for key in REASONING_FIELDS) for f in fields], dtype=np.int64)
-    np.add.at(counts[:, 0], parent[items], calls)
-    np.add.at(counts[:, 2], parent[items], reasoning)
-    tools = batch.column("tools")
-    for row in np.flatnonzero(tools.is_valid().to_numpy(zero_copy_only=False)):
-        counts[row, 3] = bool(json.loads(tools[int(row)].as_py()))
+    counts[:, 1] = np.bincount(items.parent[items.roles == _TOOL], minlength=n)
+    if items.fields:
+        calls = np.array([len(f.get("tool_calls") or ()) for f in items.fields], dtype=np.int64)
+        reasoning = np.array([any(key in f for key in REASONING_FIELDS) for f in items.fields], dtype=np.int64)
+        np.add.at(counts[:, 0], items.parent[items.with_fields], calls)
+        np.add.at(counts[:, 2], items.parent[items.with_fields], reasoning)
+    for row, parsed in tools.items():
+        counts[row, 3] = bool(parsed)
     return counts
 
 
-def _tool_call_rows(batch: pa.RecordBatch, parent: np.ndarray, starts: np.ndarray,
-                    parsed: tuple[np.ndarray, list[dict]], rules, bad: dict[int, str], counts: np.ndarray) -> None:
+def _tools(batch: pa.RecordBatch) -> dict[int, Any]:
+    """Each row's tools list parsed (the rows that have one), each distinct text parsed once."""
+    column = batch.column("tools")
+    if column.null_count == len(column):
+        return {}
+    encoded = column.dictionary_encode()
+    parsed = [json.loads(text) for text in encoded.dictionary.to_pylist()]
+    index = int32_values(encoded.indices, -1)
+    return {row: parsed[index[row]] for row in np.flatnonzero(index >= 0).tolist()}
+
+
+def _tool_call_rows(items: _Items, tools: dict[int, Any], rules, bad: dict[int, str], counts: np.ndarray) -> None:
     """The tool-call checks (sources/tool_checks.py) of every row with tool calls not already bad: its
     reason into `bad`, or its TOOL_COUNTS into `counts`."""
     calling: dict[int, list[tuple[int, dict]]] = {}
-    for item, fields in zip(parsed[0].tolist(), parsed[1]):
-        row = int(parent[item])
+    for item, fields in zip(items.with_fields.tolist(), items.fields):
+        row = int(items.parent[item])
         if fields.get("tool_calls") and row not in bad:
-            calling.setdefault(row, []).append((item - int(starts[row]), fields))
-    tools = batch.column("tools")
+            calling.setdefault(row, []).append((item - int(items.starts[row]), fields))
     first = RECORD_COUNTS.index(TOOL_COUNTS[0])
     for row, messages in calling.items():
-        text = tools[row].as_py()
-        problem, found = tool_call_findings(messages, None if text is None else json.loads(text), rules)
+        problem, found = tool_call_findings(messages, tools.get(row), rules)
         if problem is not None:
             bad[row] = problem
         else:
@@ -171,15 +210,12 @@ def check_batch(file: SourceFile, offset: int, batch: pa.RecordBatch, refused: d
     format refused (`refused`, with the format's reason), then those the record's checks and the
     tool-call checks (under the source's rules) find; and the RECORD_COUNTS of each row (rows x counts),
     `dropped` (from iter_batches) giving struct_null_keys_dropped."""
-    messages = batch.column("messages")
-    lengths = pc.fill_null(pc.list_value_length(messages), 0).to_numpy(zero_copy_only=False)
-    starts = np.concatenate([[0], np.cumsum(lengths)])
-    parent = np.repeat(np.arange(batch.num_rows), lengths)
-    parsed = _parsed_fields(pc.struct_field(pc.list_flatten(messages), "fields"))
-    bad = {**_malformed_rows(batch, parent, starts, parsed), **refused}
-    counts = _record_counts(batch, parent, parsed)
+    items = _Items(batch)
+    tools = _tools(batch)
+    bad = {**_malformed_rows(batch, items), **refused}
+    counts = _record_counts(batch, items, tools)
     for row, keys in dropped.items():
         counts[row, RECORD_COUNTS.index("struct_null_keys_dropped")] = keys
-    _tool_call_rows(batch, parent, starts, parsed, file.adapter.rules, bad, counts)
+    _tool_call_rows(items, tools, file.adapter.rules, bad, counts)
     return ([bad_conversation([file], offset + row, _text(batch.column("id"), row) or "",
                               Problem(MALFORMED, bad[row])) for row in sorted(bad)], counts)
