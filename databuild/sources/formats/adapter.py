@@ -13,6 +13,7 @@ import pyarrow.compute as pc
 
 from ...errors import quoted
 from ...records.problems import FileRows
+from ..buffers import lengths, present
 from ..json_rows import KEY_ORDER, json_array
 from ..record import EXTRA_FIELDS, SOURCE_SCHEMA, json_type_problem
 from ..tool_checks import DataRules
@@ -121,8 +122,7 @@ class Adapter:
 
     def flat_messages(self, lists: pa.Array, role: str, content: str) -> Flat:
         """A list-of-struct column, flat: the record's fields carried, unknown ones refused where set."""
-        lengths = pc.fill_null(pc.list_value_length(lists), 0).to_numpy(zero_copy_only=False)
-        offsets = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
+        offsets = np.concatenate([[0], np.cumsum(lengths(lists), dtype=np.int64)])
         flat = pc.list_flatten(lists)
         problems: dict[int, str] = {}
         roles = self.record_roles(pc.struct_field(flat, role).cast(pa.string()), offsets, problems)
@@ -143,7 +143,7 @@ class Adapter:
         for name in names:
             if name in (role, content, KEY_ORDER) or name in carried or name in self.ignore:
                 continue
-            for item in np.flatnonzero(pc.struct_field(flat, name).is_valid().to_numpy(zero_copy_only=False)):
+            for item in present(pc.struct_field(flat, name)).tolist():
                 problems.setdefault(row_of(offsets, item), f"message {item - offsets[row_of(offsets, item)]}: "
                                     f"unknown field {quoted(name)} (the record carries {', '.join(dict.fromkeys((role, content, *carried)))}; "
                                     "list it in the source's ignore_fields to build without it)")

@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..buffers import present
 from ..json_rows import KEY_ORDER, decoded, has_json
 from ..record import MESSAGE, SOURCE_SCHEMA, fields_text, tools_text
 from .structs import json_struct, without_nulls
@@ -96,7 +97,7 @@ def message_fields(flat: pa.Array, roles: pa.Array, offsets: np.ndarray, carried
     children = {record: pc.struct_field(flat, source) for source, record in carried.items()}
     valid = np.zeros(len(flat), dtype=bool)
     for child in children.values():
-        valid |= child.is_valid().to_numpy(zero_copy_only=False)
+        valid[present(child)] = True
     items = np.flatnonzero(valid)
     if not len(items):
         return pa.nulls(len(flat), pa.string())
