@@ -6,9 +6,9 @@ directory; the stream reads the buckets back in order, one in memory at a time, 
 
 The first pass also checks every row of the mixed source, so a malformed row anywhere is known before
 anything is rendered. A pass reads the files in parts (runs of row groups) on threads, one per core:
-parquet decoding, the checks, the takes and the IPC writes run in Arrow's C++ without the GIL, and
-each bucket file has a lock of its own, so parts writing different buckets never wait for each
-other. It spills only the prefix of the stream the build is expected to read
+parquet decoding, the checks, the takes and the IPC writes run in Arrow's C++ without the GIL, a
+part gathers what it takes (up to SPILL_ROWS rows) and writes it one batch a bucket, and each bucket
+file has a lock of its own, so parts writing different buckets never wait for each other. It spills only the prefix of the stream the build is expected to read
 (`expected_prefix`, generous), because a recipe may read a few percent of its source; a stream that
 goes past it gets another pass, which spills as far again (the spilled prefix doubles). The stream
 is the same whatever the prefix, the window, the number of passes or the order files finish in.
@@ -41,6 +41,9 @@ from ..records.conversation import Conversation
 from .spilled import SpilledBatch, open_bucket, read_bucket, spilled_batch
 
 PARTS_PER_THREAD = 4  # parts of the source per thread in a pass: small enough to even out the threads' loads
+# Rows a part takes for the spill before it writes them, one write a bucket: few writes (each a turn at the
+# interpreter and at the bucket's lock), and a bounded amount of the source held
+SPILL_ROWS = 8192
 # Message bytes per token the first pass provides for: about twice what BPE tokenizers average
 # on English, code and mixed text (~3-4). Falling short costs a pass, never a different row.
 BYTES_PER_TOKEN_BOUND = 8
@@ -134,11 +137,35 @@ class Spill:
         lock = threading.Lock()  # for `writers`, `locks`, the counts and the bar
         stopping = threading.Event()
 
+        def write(pending: list[tuple[pa.RecordBatch, np.ndarray, np.ndarray]]) -> None:
+            """Taken rows (with their positions and source rows) to their bucket files: one write a bucket."""
+            if not pending or stopping.is_set():  # the pass failed or was stopped: its folder is about to go
+                return
+            positions = np.concatenate([p for _, p, _ in pending])
+            buckets = positions // self.window
+            order = np.argsort(buckets, kind="stable")
+            taken = with_valid_utf8(pa.concat_batches([t for t, _, _ in pending]))  # malformed rows must read back
+            grouped = pa.RecordBatch.from_arrays(
+                [taken.column(c) for c in COLUMNS] + [pa.array(positions), pa.array(np.concatenate([r for *_, r in pending]))],
+                names=COLUMNS + ["position", "index"]).take(pa.array(order))
+            buckets = buckets[order]
+            cuts = np.flatnonzero(np.diff(buckets)) + 1
+            for low, high in zip(np.concatenate([[0], cuts]).tolist(), np.concatenate([cuts, [len(buckets)]]).tolist()):
+                bucket = int(buckets[low])
+                with lock:
+                    bucket_lock = locks[bucket]
+                with bucket_lock:
+                    if bucket not in writers:
+                        writers[bucket] = pa.ipc.new_file(self._path(bucket), grouped.schema)
+                    writers[bucket].write_batch(grouped.slice(low, high - low))
+
         def one_part(part: tuple[SourceFile, range]) -> list[BadConversation]:
             file, groups = part
             found: list[BadConversation] = []
             counts = np.zeros(len(RECORD_COUNTS), np.int64)
             keys: dict[int, tuple[bytes, str]] = {}
+            pending: list[tuple[pa.RecordBatch, np.ndarray, np.ndarray]] = []  # taken, not yet written
+            waiting = 0
             for offset, batch, refused, dropped in iter_batches(file, groups):
                 if stopping.is_set():  # the pass failed or was stopped: its folder is about to go
                     break
@@ -154,27 +181,17 @@ class Spill:
                         ids = batch.column("id").take(pa.array(distinct)).to_pylist()
                         keys.update(zip((distinct + offset).tolist(), zip(batch_keys(batch, distinct), ids)))
                 wanted = (positions >= start) & (positions < stop)
-                rows, positions = held[wanted], positions[wanted]
                 with lock:
                     bar.update(batch.num_rows)
-                if not len(rows):
+                if not wanted.any():
                     continue
-                buckets = positions // self.window
-                order = np.argsort(buckets, kind="stable")
-                rows, positions, buckets = rows[order], positions[order], buckets[order]
-                taken = with_valid_utf8(batch.take(pa.array(rows)))  # malformed rows must still read back
-                grouped = pa.RecordBatch.from_arrays(
-                    [taken.column(c) for c in COLUMNS] + [pa.array(positions), pa.array(rows + offset)],
-                    names=COLUMNS + ["position", "index"])
-                cuts = np.flatnonzero(np.diff(buckets)) + 1
-                for low, high in zip(np.concatenate([[0], cuts]), np.concatenate([cuts, [len(rows)]])):
-                    bucket = int(buckets[low])
-                    with lock:
-                        bucket_lock = locks[bucket]
-                    with bucket_lock:
-                        if bucket not in writers:
-                            writers[bucket] = pa.ipc.new_file(self._path(bucket), grouped.schema)
-                        writers[bucket].write_batch(grouped.slice(low, high - low))
+                rows = held[wanted]
+                pending.append((batch.take(pa.array(rows)), positions[wanted], rows + offset))
+                waiting += len(rows)
+                if waiting >= SPILL_ROWS:
+                    write(pending)
+                    pending, waiting = [], 0
+            write(pending)
             if check:
                 with lock:  # a file's parts add up to its counts
                     self.record_counts[file.first_index] = self.record_counts.get(file.first_index, 0) + counts
