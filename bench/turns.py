@@ -12,10 +12,11 @@ transformers schema, on the
 fixture tokenizer with the real Qwen2.5 template (prefix-stable: one sample per conversation) and Qwen3
 (rewrites history: expanded, one sample per turn), tests/fixtures/templates/real.
 
-For each: CPU seconds of the whole render (Encoder.render), of the tokenizer (Encoder.tokenize, its Rust
-threads counted), and of Encoder.finish (the inference renders and proofs, the masks, and for expanded
-conversations the tokenization of each sample), per token and per assistant turn. `finish / (render +
-tokenize)` is what the strategy adds to the floor of rendering and tokenizing once.
+For each: CPU seconds of the whole render (Encoder.render_texts), of the choice of its targets
+(Encoder.choose: the inference renders and proofs), of the tokenizer (Encoder.tokenize, its Rust threads
+counted: the render, or an expanded conversation's samples), and of Encoder.finish (the ids and the
+masks), per token tokenized and per assistant turn. `(choose + finish) / (render + tokenize)` is what
+the strategy adds to rendering and tokenizing what is written.
 """
 
 from __future__ import annotations
@@ -36,10 +37,18 @@ sys.path[:0] = [str(REPO / "bench"), str(REPO / "tests")]
 
 def encode_timed(encoder, batch, cpu: dict[str, float]) -> tuple[list, list]:
     """One batch through an encoder's three steps, each one's CPU seconds added to cpu["render"],
-    cpu["tokenize"] and cpu["finish"]: (encodings, encoded)."""
+    cpu["tokenize"] and cpu["finish"] (with a "choose" key in cpu, render's two halves apart, the second
+    there): (encodings, encoded)."""
     t = time.process_time()
-    rendered = encoder.render(batch)
-    cpu["render"] += time.process_time() - t
+    if "choose" in cpu:
+        texts = encoder.render_texts(batch)
+        cpu["render"] += time.process_time() - t
+        t = time.process_time()
+        rendered = encoder.choose(batch, texts)
+        cpu["choose"] += time.process_time() - t
+    else:
+        rendered = encoder.render(batch)
+        cpu["render"] += time.process_time() - t
     t = time.process_time()
     encodings = encoder.tokenize(rendered)
     cpu["tokenize"] += time.process_time() - t
@@ -50,24 +59,22 @@ def encode_timed(encoder, batch, cpu: dict[str, float]) -> tuple[list, list]:
 
 
 def measure(encoder, batches) -> dict:
-    cpu = {"render": 0.0, "tokenize": 0.0, "finish": 0.0}
+    cpu = {"render": 0.0, "choose": 0.0, "tokenize": 0.0, "finish": 0.0}
     tokens = turns = samples = sample_tokens = 0
     for batch in batches:
         encodings, out = encode_timed(encoder, batch, cpu)
-        tokens += sum(len(e) for e in encodings)
+        tokens += sum(len(e) for item in encodings for e in (item if isinstance(item, list) else [item]))
         turns += sum(1 for c in batch for m in c.messages if m["role"] == "assistant")
         samples += len(out)
         sample_tokens += sum(len(o.input_ids) for o in out)
         problems = [o.problem for o in out if o.problem is not None]
         assert not problems, problems[:3]
-    render, tokenize, finish = cpu["render"], cpu["tokenize"], cpu["finish"]
+    strategy = cpu["choose"] + cpu["finish"]
     return {"conversations": sum(len(b) for b in batches), "samples": samples, "assistant_turns": turns,
-            "tokens": tokens, "sample_tokens": sample_tokens, "cpu_s": {"render": round(render, 3), "tokenize": round(tokenize, 3),
-                                        "finish": round(finish, 3)},
-            "finish_us_per_assistant_turn": round(finish / turns * 1e6, 1),
-            "ns_per_token": {k: round(v / tokens * 1e9, 1) for k, v in
-                             (("render", render), ("tokenize", tokenize), ("finish", finish))},
-            "finish_over_render_plus_tokenize": round(finish / (render + tokenize), 3)}
+            "tokens": tokens, "sample_tokens": sample_tokens, "cpu_s": {k: round(v, 3) for k, v in cpu.items()},
+            "choose_and_finish_us_per_assistant_turn": round(strategy / turns * 1e6, 1),
+            "ns_per_token": {k: round(v / tokens * 1e9, 1) for k, v in cpu.items()},
+            "choose_and_finish_over_render_plus_tokenize": round(strategy / (cpu["render"] + cpu["tokenize"]), 3)}
 
 
 def main(argv=None) -> None:

@@ -1,18 +1,22 @@
-"""Encode stage: render, tokenize once whole, mask, one batch at a time (`Encoder.encode_batch`, or its
-three steps `render`, `tokenize` (the Rust part, which the executors overlap with the next batch's
-Python) and `finish`). What the targets of a rendered conversation are is encode/targets.py's.
+"""Encode stage: render and choose the targets, tokenize what is written, mask, one batch at a time
+(`Encoder.encode_batch`, or its three steps: `render`, which is the render (`render_texts`) and the
+samples its loss-mask strategy finds in it (`choose`); `tokenize`, the Rust part, which the executors
+overlap with the next batch's Python; and `finish`). What the targets of a rendered conversation are
+is encode/targets.py's.
 
-The rendered text is encoded the way `apply_chat_template(tokenize=True)` encodes it: without special
-tokens of the tokenizer's own (no double BOS), with the truncation and padding a tokenizer.json may
-carry switched off, and special-token text in messages read as the special token. A batch is a pure
-function of its conversations, so whoever runs it (databuild/executors) changes only the speed,
-never the output.
+The targets are chosen before tokenizing so that the tokenizer encodes exactly the texts written: the
+render, or where the history policy expands a conversation, its samples (one per turn) in the render's
+place, never both. The rendered text is encoded the way `apply_chat_template(tokenize=True)` encodes it:
+without special tokens of the tokenizer's own (no double BOS), with the truncation and padding a
+tokenizer.json may carry switched off, and special-token text in messages read as the special token. A
+batch is a pure function of its conversations, so whoever runs it (databuild/executors) changes only the
+speed, never the output.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Iterable
+from typing import Iterable, NamedTuple
 
 import numpy as np
 
@@ -28,7 +32,14 @@ from .strategies import strategy_for
 from .turns import DEFAULT_TRAIN_TURNS, without_flags
 
 
-Rendered = tuple[str, "list[tuple[int, int]] | None"]  # the text, and its generation spans when tracked
+
+
+class Rendered(NamedTuple):
+    """A conversation's render, and the targets chosen in it (targets.chosen: the samples train_turns
+    keeps, the turns and samples it leaves out)."""
+    text: str
+    generation: list[tuple[int, int]] | None  # the template's generation spans, when tracked
+    chosen: targets.Chosen
 
 
 def switch_off_truncation_and_padding(backend) -> dict:
@@ -82,9 +93,24 @@ class Encoder:
         self.backend = Tokenizer.from_str(state["backend_json"])
 
     def render(self, batch: list[Conversation]) -> list[Rendered | Problem]:
+        """Each conversation's render and targets, or the Problem that refuses it."""
+        return self.choose(batch, self.render_texts(batch))
+
+    def render_texts(self, batch: list[Conversation]) -> list[tuple[str, list | None] | Problem]:
+        """The first half of `render`: each conversation's text and generation spans (when tracked)."""
         return [self._render(_unflagged(c)[0]) for c in batch]
 
-    def _render(self, conversation: Conversation) -> Rendered | Problem:
+    def choose(self, batch: list[Conversation], texts: list) -> list[Rendered | Problem]:
+        """The second half of `render`: the targets of each render_texts item (targets.chosen)."""
+        out = []
+        for conversation, item in zip(batch, texts):
+            if not isinstance(item, Problem):
+                chosen = targets.chosen(self, *_unflagged(conversation), *item)
+                item = chosen if isinstance(chosen, Problem) else Rendered(*item, chosen)
+            out.append(item)
+        return out
+
+    def _render(self, conversation: Conversation) -> tuple[str, list | None] | Problem:
         if conversation.problem is not None:
             return conversation.problem
         try:
@@ -100,28 +126,32 @@ class Encoder:
         except Exception as exc:  # the template is code from the tokenizer repo; it may refuse a conversation
             return Problem(TEMPLATE_ERROR, f"the chat template raised {type(exc).__name__}: {exc}")
 
-    def tokenize(self, rendered: list[Rendered | Problem]) -> list:
-        """The Rust part: runs on the tokenizer's threads with the GIL released."""
-        return self.backend.encode_batch(["" if isinstance(r, Problem) else r[0] for r in rendered],
-                                         add_special_tokens=False)
+    def tokenize(self, rendered: list[Rendered | tuple[str, list | None] | Problem]) -> list:
+        """The Rust part: runs on the tokenizer's threads with the GIL released. One encoding per item, of
+        its text; in an expanded conversation's place, the list of its samples' encodings."""
+        texts = [_texts(item) for item in rendered]
+        if all(isinstance(text, str) for text in texts):
+            return self.backend.encode_batch(texts, add_special_tokens=False)
+        every = [t for text in texts for t in ([text] if isinstance(text, str) else text)]
+        flat = iter(self.backend.encode_batch(every, add_special_tokens=False))
+        return [next(flat) if isinstance(text, str) else [next(flat) for _ in text] for text in texts]
 
     def finish(self, batch: list[Conversation], rendered: list[Rendered | Problem],
                encodings: list) -> list[TokenizedConversation]:
-        unflagged = [_unflagged(c) for c in batch]
-        batch = [conversation for conversation, _ in unflagged]
-        found = [item if isinstance(item, Problem) else targets.chosen(self, conversation, flags, *item)
-                 for (conversation, flags), item in zip(unflagged, rendered)]
-        # the samples of expanded conversations, tokenized together on the Rust threads
-        expanded = [s.text for chosen, item in zip(found, rendered)
-                    if not isinstance(chosen, Problem) and not _own_render(chosen[0], item) for s in chosen[0]]
+        # the samples of expanded conversations whose whole render was tokenized instead (a caller that
+        # tokenized the texts itself: encode/preference.py), tokenized together on the Rust threads
+        expanded = [s.text for item, encoding in zip(rendered, encodings) if not isinstance(item, Problem)
+                    and not _own_render(item.chosen[0], item) and not isinstance(encoding, list)
+                    for s in item.chosen[0]]
         extra = iter(self.backend.encode_batch(expanded, add_special_tokens=False) if expanded else ())
         out = []
-        for conversation, chosen, item, encoding in zip(batch, found, rendered, encodings):
-            if isinstance(chosen, Problem):
-                out.append(_unbuildable(conversation, chosen))
+        for conversation, item, encoding in zip(batch, rendered, encodings):
+            if isinstance(item, Problem):
+                out.append(_unbuildable(conversation, item))
                 continue
-            samples, turns_out, samples_out = chosen
-            encodings_of = [encoding] if _own_render(samples, item) else [next(extra) for _ in samples]
+            samples, turns_out, samples_out = item.chosen
+            encodings_of = [encoding] if _own_render(samples, item) else encoding if isinstance(encoding, list) \
+                else [next(extra) for _ in samples]
             try:
                 out += targets.tokenized(self, conversation, samples, encodings_of, turns_out, samples_out)
             except MACHINE_LIMITS as exc:
@@ -131,12 +161,8 @@ class Encoder:
     def kept_samples(self, conversation: Conversation) -> list[Sample] | Problem:
         """The samples encode_batch tokenizes for one conversation (its parts, in order), or its Problem:
         what `show` and `report` place the record's fields in (views/record_marks.py)."""
-        conversation, flags = _unflagged(conversation)
-        item = self._render(conversation)
-        if isinstance(item, Problem):
-            return item
-        chosen = targets.chosen(self, conversation, flags, *item)
-        return chosen if isinstance(chosen, Problem) else chosen[0]
+        item = self.render([conversation])[0]
+        return item if isinstance(item, Problem) else item.chosen[0]
 
     def encode_batch(self, batch: list[Conversation]) -> list[TokenizedConversation]:
         rendered = self.render(batch)
@@ -147,6 +173,15 @@ def _unflagged(conversation: Conversation) -> tuple[Conversation, tuple[bool | N
     """The conversation as the template is given it (without its messages' train flags), and the flags."""
     messages, flags = without_flags(conversation.messages)
     return (conversation if flags is None else replace(conversation, messages=messages)), flags
+
+
+def _texts(item) -> str | list[str]:
+    """What tokenize encodes for an item: its text, or an expanded conversation's samples' texts."""
+    if isinstance(item, Problem):
+        return ""
+    if isinstance(item, Rendered) and not _own_render(item.chosen[0], item):
+        return [sample.text for sample in item.chosen[0]]
+    return item[0]
 
 
 def _own_render(samples, item) -> bool:
