@@ -16,6 +16,7 @@ from databuild.sources.formats import FORMATS
 from databuild.sources.reader import source_files
 from databuild.sources.mixture import Placement
 from databuild.sources.spill import Spill, expected_prefix
+from databuild.sources.spilled import open_bucket
 
 
 @pytest.fixture(scope="module")
@@ -124,6 +125,32 @@ def test_the_pass_in_parts_on_threads_gives_the_same_stream_and_findings(small_g
     stream = list(spill.conversations())
     assert [c.origin.index for c in stream] == order.tolist()
     assert spill.passes == 1
+
+
+@pytest.mark.parametrize("read_rows, spill_rows", [(3, 1), (5, 8), (64, 16), (4096, 8192)])
+def test_the_batches_read_and_written_change_nothing(small_groups, tmp_path, monkeypatch, read_rows, spill_rows):
+    """However many rows a parquet batch holds (about PARQUET_BATCH_BYTES, from READ_BATCH_ROWS to
+    MOST_BATCH_ROWS), and however many a part gathers before it writes them (SPILL_ROWS): the same
+    findings, record counts, stream and rows in each bucket file."""
+    import databuild.sources.reader as reader
+    import databuild.sources.spill as spill_module
+
+    rows = sum(f.rows for f in small_groups)
+    placed = Placement.one_each(np.argsort(np.random.default_rng(7).permutation(rows)))
+
+    def one_pass(directory):
+        directory.mkdir()
+        spill = Spill(small_groups, placed, 16, directory, threads=2)
+        found = [(bad.index, bad.problem.reason) for bad in spill.check_and_spill(200)]
+        buckets = {p.name: sorted(open_bucket(p).column("index").to_pylist()) for p in directory.iterdir()}
+        return found, spill.counts_of(small_groups), buckets, [c.origin.index for c in spill.conversations()]
+
+    default = one_pass(tmp_path / "default")
+    monkeypatch.setattr(reader, "READ_BATCH_ROWS", read_rows)
+    monkeypatch.setattr(reader, "MOST_BATCH_ROWS", read_rows)
+    monkeypatch.setattr(spill_module, "SPILL_ROWS", spill_rows)
+    assert one_pass(tmp_path / "other") == default
+    assert default[0] and len(default[2]) == 13  # a finding; buckets of 16 for the prefix of 200
 
 
 def test_parts_are_whole_row_groups_in_source_order(small_groups):
