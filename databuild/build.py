@@ -113,12 +113,13 @@ def make(config: BuildConfig, out_dir: Path, *, force: bool = False, offline: bo
     final = Path(out_dir) / f"{config.name}.parquet"
     remove_stale_spill_folders()  # a killed build's, whether or not this one builds
     builds = force or not manifest_path(final).exists()
-    if builds:  # its workers' fork server imports while it pins
-        start_early(executor, workers)
+    forking = builds and start_early(executor, workers)  # its workers' fork server imports while it pins
+    if builds:
         read_versions_early()
-    # Where it builds, the source pass runs while the tokenizer loads (prepare.pin, wait=False); the
-    # local workers start once it has (encoding_on).
-    pinned = pin(config, offline, wait=not builds)
+    # Where it builds, the source pass runs while the tokenizer loads (prepare.pin, wait=False), in a child
+    # of the fork server where there is one (executors/loader.py); the local workers start once it has
+    # (encoding_on).
+    pinned = pin(config, offline, wait=not builds, in_child=forking)
     split = validation_split(pinned) if config.validation is not None else None
     validation_final = final.with_name(f"{config.name}.validation.parquet")
 

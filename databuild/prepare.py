@@ -19,6 +19,7 @@ from .encode.encoder import Encoder
 from .errors import BuildError
 from .encode.ends import generation_stops
 from .encode.render import Renderer, load_tokenizer
+from .executors.loader import load_in_child
 from .executors.stream import batch_sizes, batches
 from .inputs.resolve import ResolvedInputs, resolve_inputs
 from .pack.policy import packing_for
@@ -59,18 +60,26 @@ class Pinned:
         return self.loaded.exception()
 
 
-def pin(config: BuildConfig, offline: bool = False, wait: bool = True) -> Pinned:
+def pin(config: BuildConfig, offline: bool = False, wait: bool = True, in_child: bool = False) -> Pinned:
     """The config's inputs resolved and hashed, and its tokenizer loaded. The tokenizer loads
-    (transformers' tokenizer modules and the files: ~2 s on a 16-core node) on a thread of its own from
-    when its files are checked, while the sources are listed and hashed; an input's error still comes
-    first, the tokenizer's after, as when one followed the other. With `wait` False it may still be
-    loading when this returns, so that a build reads its source meanwhile (build.make): whoever asks
-    for the encoder first waits for it."""
+    (transformers' tokenizer modules and the files: ~2 s on a 16-core node) from when its files are
+    checked, while the sources are listed and hashed: on a thread of its own, or with `in_child` in a
+    process forked from the workers' fork server (executors/loader.py), where there is one; an input's
+    error still comes first, the tokenizer's after, as when one followed the other. With `wait` False it
+    may still be loading when this returns, so that a build reads its source meanwhile (build.make):
+    whoever asks for the encoder first waits for it."""
     loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="databuild-load-tokenizer")
     loading: list[Future] = []
+
+    def load(directory: Path) -> None:
+        child = load_in_child(_loaded, config, directory) if in_child else None
+        loading.append(child or loader.submit(_loaded, config, directory))
+        threaded.append(child is None)
+
+    threaded: list[bool] = []
+
     try:
-        inputs = resolve_inputs(config, offline, lambda directory: loading.append(
-            loader.submit(_loaded, config, directory)))
+        inputs = resolve_inputs(config, offline, load)
     except BaseException:
         loader.shutdown()  # an input's error once the load has ended, as before
         raise
@@ -78,7 +87,7 @@ def pin(config: BuildConfig, offline: bool = False, wait: bool = True) -> Pinned
     pinned = Pinned(config, inputs, loading[0])
     if wait:
         pinned.encoder  # noqa: B018  (raises the tokenizer's error here)
-    else:
+    elif threaded[0]:
         # The load is Python (imports) holding the GIL, while the source pass's threads take it back
         # between their Arrow calls, each waiting up to the switch interval (5 ms) for it: shorter while
         # both run, so that the pass is not held up by the load.

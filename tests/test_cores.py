@@ -341,3 +341,41 @@ def test_the_fork_server_starts_before_the_pin_where_workers_will_run(executor, 
     out = subprocess.run([sys.executable, "-c", START_EARLY, executor, str(workers)], capture_output=True, text=True,
                          env={**os.environ, "DATABUILD_CORES": "8"}, check=True)
     assert out.stdout.strip() == str(started), out.stderr
+
+
+LOADED_ELSEWHERE = """
+import sys, tempfile
+from pathlib import Path
+from databuild.build import make
+from databuild.config import load_config
+result = make(load_config(sys.argv[1]), Path(tempfile.mkdtemp()), offline=True, workers=int(sys.argv[2]),
+              progress=False)
+print(result.data["output"]["rows_sha256"], "transformers" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize("workers, imported", [(2, False), (1, True)])
+def test_with_workers_the_tokenizer_loads_in_a_child_and_the_rows_are_the_same(tiny_build, workers, imported):
+    """Where a build forks encode processes, its tokenizer loads in a child of their fork server
+    (executors/loader.py), so that the build's process, which reads the source meanwhile, never imports
+    transformers; with one process it loads there. The rows are the same either way."""
+    from conftest import REPO, TINY
+
+    out = subprocess.run([sys.executable, "-c", LOADED_ELSEWHERE, str(REPO / "configs" / f"{TINY}.yaml"),
+                          str(workers)], cwd=REPO, capture_output=True, text=True,
+                         env={**os.environ, "DATABUILD_CORES": "8"}, check=True)
+    assert out.stdout.split() == [tiny_build.data["output"]["rows_sha256"], str(imported)], out.stderr
+
+
+def test_a_child_with_other_packages_than_the_build_loads_nothing():
+    """The tokenizer's loader, like a worker, refuses to hand the build an encoder made with another
+    transformers than the build's process would import (the fork server's own sys.path)."""
+    from databuild.executors.loader import _loaded_pickled
+    from databuild.executors.workers import expected_origins
+
+    here = expected_origins()
+    assert set(here) == {"numpy", "tokenizers", "jinja2", "transformers"}
+    assert _loaded_pickled(here, lambda: (1, [2]))[0] == 1
+    elsewhere = {**here, "jinja2": "/elsewhere/jinja2/__init__.py"}
+    with pytest.raises(BuildError, match="imported jinja2 from .* the build's process from /elsewhere/jinja2"):
+        _loaded_pickled(elsewhere, lambda: (1, [2]))

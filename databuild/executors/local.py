@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import sys
 import tempfile
 import threading
 from concurrent.futures import Future, ProcessPoolExecutor, wait
@@ -24,7 +23,7 @@ from ..records.conversation import Conversation, TokenizedConversation
 from ..sources.spill_folder import spill_folder, tmpdir_full
 from .cores import threads_per_worker
 from .stream import batches, in_order, overlapped
-from .workers import (SHARED_IMPORTS, encode_in_worker, end_pool, from_columns, ready, start_resource_tracker,
+from .workers import (encode_in_worker, end_pool, expected_origins, from_columns, ready, start_resource_tracker,
                       start_worker, worker_context)
 
 if TYPE_CHECKING:
@@ -64,18 +63,14 @@ class LocalEncoding:
             start_resource_tracker()
             self.folder = spill_folder()  # owned: removed on exit, or by the next make if this one is killed
             encoder_file = Path(self.folder.name) / "encoder.pickle"
-            # where this process took the shared modules from, filled in once the encoder is loaded (its load
-            # imports them) and before the first worker starts (its initargs are sent then)
-            imported_from: dict[str, str] = {}
             context = worker_context()
             self.ended = context.Event()
             lifeline, self.lifeline = context.Pipe(duplex=False)  # this process keeps the writing end, and never writes
             self.pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=context, initializer=start_worker,
                                             initargs=(str(encoder_file), threads_per_worker(self.workers),
-                                                      imported_from,
-                                                      self.ended, lifeline))
+                                                      expected_origins(), self.ended, lifeline))
             # One call each starts them all now, not at the first batches, and not on this thread.
-            self.starting = threading.Thread(target=self._start_workers, args=(encoder_file, imported_from),
+            self.starting = threading.Thread(target=self._start_workers, args=(encoder_file,),
                                              name="databuild-start-workers", daemon=True)
             self.starting.start()
         except BaseException:
@@ -87,13 +82,12 @@ class LocalEncoding:
     def encoder(self) -> Encoder:
         return self._encoder()
 
-    def _start_workers(self, encoder_file: Path, imported_from: dict[str, str]) -> None:
+    def _start_workers(self, encoder_file: Path) -> None:
         try:
             try:
                 encoder_file.write_bytes(pickle.dumps(self.encoder))
             except OSError as exc:  # said as the spill's is: one process or many, the same line
                 raise tmpdir_full(encoder_file, "writing the encoder for the encode processes", exc) from None
-            imported_from.update({name: sys.modules[name].__file__ for name in SHARED_IMPORTS if name in sys.modules})
             for _ in range(self.workers):
                 self.pool.submit(ready)
         except BaseException as exc:  # said by stream(), if the build gets there (a stopped one does not)

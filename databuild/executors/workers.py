@@ -6,6 +6,7 @@ crosses back to the driver (`to_columns`), and how they stop with the build (`en
 
 from __future__ import annotations
 
+import importlib.util
 import multiprocessing
 import os
 import pickle
@@ -64,14 +65,14 @@ def worker_context() -> multiprocessing.context.BaseContext:
     return context
 
 
-def start_fork_server() -> None:
+def start_fork_server() -> bool:
     """Starts the fork server now, on a thread of its own, so that its imports (SHARED_IMPORTS, ~1 CPU s)
-    run on another core while the build's process pins its inputs and loads the tokenizer, rather than
-    once the build's encoding starts; the pool's start then only waits for what is left of it. The
-    resource tracker (which the fork server starts first) is started with SIGHUP blocked, as ever."""
+    run on another core while the build's process pins its inputs, rather than once the build's encoding
+    starts; the pool's start then only waits for what is left of it. The resource tracker (which the fork
+    server starts first) is started with SIGHUP blocked, as ever. False where workers are spawned."""
     context = worker_context()
     if context.get_start_method() != "forkserver":
-        return
+        return False
     from multiprocessing import forkserver
 
     def start() -> None:
@@ -82,9 +83,10 @@ def start_fork_server() -> None:
             pass
 
     threading.Thread(target=start, name="databuild-start-fork-server", daemon=True).start()
+    return True
 
 
-def start_worker(encoder_file: str, threads: int, imported_from: dict[str, str], ended, lifeline) -> None:
+def start_worker(encoder_file: str, threads: int, origins: dict[str, str], ended, lifeline) -> None:
     global _worker_encoder, _worker_problem, _worker_ended
     # The build's process stops its workers itself (`ended`, then the pool's shutdown: end_pool): a worker
     # killed by the process group's signal (Ctrl-C, a scheduler's SIGTERM) while writing a result into the
@@ -98,7 +100,7 @@ def start_worker(encoder_file: str, threads: int, imported_from: dict[str, str],
     # Set here, in the worker, before its tokenizer's thread pool starts (at its first batch), so that
     # the build's own process keeps its environment.
     os.environ.update(RAYON_NUM_THREADS=str(threads), TOKENIZERS_PARALLELISM="true" if threads > 1 else "false")
-    _worker_problem = _imported_elsewhere(imported_from)
+    _worker_problem = imported_elsewhere(origins)
     try:
         _worker_encoder = pickle.loads(Path(encoder_file).read_bytes())
     except FileNotFoundError:  # the build ended (stopped) before this worker started: nothing to do
@@ -113,11 +115,23 @@ def _exit_with_the_build(lifeline: Connection) -> None:
     os._exit(0)
 
 
-def _imported_elsewhere(imported_from: dict[str, str]) -> str | None:
-    """Whether this worker has a module of SHARED_IMPORTS from another file than the build's process: the
-    fork server imports them with its own sys.path (CPython's forkserver does not apply the parent's), and
-    a worker rendering or tokenizing with another transformers than the build's must not run."""
-    for name, path in imported_from.items():
+def expected_origins() -> dict[str, str]:
+    """Where the build's process takes (or would take) each package of SHARED_IMPORTS from, found without
+    importing it: its own process may never import transformers (executors/loader.py)."""
+    found = {}
+    for name in dict.fromkeys(name.partition(".")[0] for name in SHARED_IMPORTS):
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.origin is not None:
+            found[name] = spec.origin
+    return found
+
+
+def imported_elsewhere(origins: dict[str, str]) -> str | None:
+    """Whether this child (a worker, the tokenizer's loader) has a package of SHARED_IMPORTS from another
+    file than the build's process (`origins`: expected_origins there): the fork server imports them with
+    its own sys.path (CPython's forkserver does not apply the parent's), and a child rendering or
+    tokenizing with another transformers than the build's must not run."""
+    for name, path in origins.items():
         here = getattr(sys.modules.get(name), "__file__", None)
         if here is not None and here != path:
             return (f"an encode process imported {name} from {here}, the build's process from {path}: "
