@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pickle
 import signal
+import threading
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable
@@ -26,9 +27,6 @@ def load_in_child(load: Callable[..., tuple[Any, Any]], *args) -> Future | None:
     context = worker_context()
     if context.get_start_method() != "forkserver":
         return None
-    pool = ProcessPoolExecutor(max_workers=1, mp_context=context, initializer=_ignore_stops)
-    child = pool.submit(_loaded_pickled, expected_origins(), load, *args)
-    pool.shutdown(wait=False)  # the pool's one process ends with its one call
     loaded: Future = Future()
 
     def received(done: Future) -> None:
@@ -40,7 +38,17 @@ def load_in_child(load: Callable[..., tuple[Any, Any]], *args) -> Future | None:
         except BaseException as exc:
             loaded.set_exception(exc)
 
-    child.add_done_callback(received)
+    def start() -> None:
+        # On a thread: the child's start waits for the fork server to have imported what it preloads
+        # (workers.start_fork_server started it), which the source pass need not wait for.
+        try:
+            pool = ProcessPoolExecutor(max_workers=1, mp_context=context, initializer=_ignore_stops)
+            pool.submit(_loaded_pickled, expected_origins(), load, *args).add_done_callback(received)
+            pool.shutdown(wait=False)  # the pool's one process ends with its one call
+        except BaseException as exc:
+            loaded.set_exception(exc)
+
+    threading.Thread(target=start, name="databuild-start-loader", daemon=True).start()
     return loaded
 
 

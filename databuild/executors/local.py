@@ -49,7 +49,9 @@ class LocalEncoding:
         self.starting: threading.Thread | None = None
         self.start_failed: BaseException | None = None
         self.folder: tempfile.TemporaryDirectory | None = None
-        self.ended = self.lifeline = None  # the workers' stop (workers.end_pool), and what ends them if this process dies
+        # the workers' stop (workers.end_pool), and what ends them if this process dies
+        self.ended = self.lifeline = None
+        self.written = None  # set once the encoder's file is written (or will not be): the workers wait for it
         self.in_flight: set[Future] = set()  # the stream's batches sent to the workers and not done
 
     def __enter__(self) -> LocalEncoding:
@@ -64,10 +66,10 @@ class LocalEncoding:
             self.folder = spill_folder()  # owned: removed on exit, or by the next make if this one is killed
             encoder_file = Path(self.folder.name) / "encoder.pickle"
             context = worker_context()
-            self.ended = context.Event()
+            self.ended, self.written = context.Event(), context.Event()
             lifeline, self.lifeline = context.Pipe(duplex=False)  # this process keeps the writing end, and never writes
             self.pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=context, initializer=start_worker,
-                                            initargs=(str(encoder_file), threads_per_worker(self.workers),
+                                            initargs=(str(encoder_file), self.written, threads_per_worker(self.workers),
                                                       expected_origins(), self.ended, lifeline))
             # One call each starts them all now, not at the first batches, and not on this thread.
             self.starting = threading.Thread(target=self._start_workers, args=(encoder_file,),
@@ -84,14 +86,17 @@ class LocalEncoding:
 
     def _start_workers(self, encoder_file: Path) -> None:
         try:
+            # The workers start first, while the encoder may still be loading (prepare.pin), and wait for its file.
+            for _ in range(self.workers):
+                self.pool.submit(ready)
             try:
                 encoder_file.write_bytes(pickle.dumps(self.encoder))
             except OSError as exc:  # said as the spill's is: one process or many, the same line
                 raise tmpdir_full(encoder_file, "writing the encoder for the encode processes", exc) from None
-            for _ in range(self.workers):
-                self.pool.submit(ready)
         except BaseException as exc:  # said by stream(), if the build gets there (a stopped one does not)
             self.start_failed = exc
+        finally:
+            self.written.set()  # without the file, a waiting worker finds none and exits
 
     def summary(self) -> str:
         """How this encodes, in words: processes, and the tokenizer's threads in each."""

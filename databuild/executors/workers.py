@@ -86,7 +86,7 @@ def start_fork_server() -> bool:
     return True
 
 
-def start_worker(encoder_file: str, threads: int, origins: dict[str, str], ended, lifeline) -> None:
+def start_worker(encoder_file: str, written, threads: int, origins: dict[str, str], ended, lifeline) -> None:
     global _worker_encoder, _worker_problem, _worker_ended
     # The build's process stops its workers itself (`ended`, then the pool's shutdown: end_pool): a worker
     # killed by the process group's signal (Ctrl-C, a scheduler's SIGTERM) while writing a result into the
@@ -101,6 +101,9 @@ def start_worker(encoder_file: str, threads: int, origins: dict[str, str], ended
     # the build's own process keeps its environment.
     os.environ.update(RAYON_NUM_THREADS=str(threads), TOKENIZERS_PARALLELISM="true" if threads > 1 else "false")
     _worker_problem = imported_elsewhere(origins)
+    # The workers start while the tokenizer still loads (executors/loader.py) and wait here for its
+    # encoder's file, `written` once it is there, or once the build ends without one.
+    written.wait()
     try:
         _worker_encoder = pickle.loads(Path(encoder_file).read_bytes())
     except FileNotFoundError:  # the build ended (stopped) before this worker started: nothing to do
