@@ -89,9 +89,13 @@ class LocalEncoding:
             # The workers start first, while the encoder may still be loading (prepare.pin), and wait for its file.
             for _ in range(self.workers):
                 self.pool.submit(ready)
+            # under another name until whole: a worker reads the file once `written` is set, whatever happened
+            partial = encoder_file.with_name(f"{encoder_file.name}.partial")
             try:
-                encoder_file.write_bytes(pickle.dumps(self.encoder))
+                partial.write_bytes(pickle.dumps(self.encoder))
+                partial.rename(encoder_file)
             except OSError as exc:  # said as the spill's is: one process or many, the same line
+                partial.unlink(missing_ok=True)
                 raise tmpdir_full(encoder_file, "writing the encoder for the encode processes", exc) from None
         except BaseException as exc:  # said by stream(), if the build gets there (a stopped one does not)
             self.start_failed = exc

@@ -7,7 +7,6 @@ batch order with at most 2 x workers batches in flight, so the worker count chan
 from __future__ import annotations
 
 import pickle
-import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -36,12 +35,12 @@ def encode_pairs(batches: Iterable[list], encoder, processes: int) -> Iterator:
         encoder_file = Path(folder.name) / "pair-encoder.pickle"
         encoder_file.write_bytes(pickle.dumps(encoder))
         context = worker.worker_context()
-        ended = context.Event()
+        ended, written = context.Event(), context.Event()
+        written.set()  # the encoder's file is there before the workers start
         lifeline, child_end = context.Pipe(duplex=False)
-        imported_from = {name: sys.modules[name].__file__ for name in worker.SHARED_IMPORTS if name in sys.modules}
         pool = ProcessPoolExecutor(max_workers=processes, mp_context=context, initializer=worker.start_worker,
-                                   initargs=(str(encoder_file), threads_per_worker(processes), imported_from, ended,
-                                             child_end))
+                                   initargs=(str(encoder_file), written, threads_per_worker(processes),
+                                             worker.expected_origins(), ended, child_end))
         yield from in_order(batches, lambda batch: pool.submit(encode_pairs_in_worker, batch),
                             lambda future: future.result(), 2 * processes)
     finally:
