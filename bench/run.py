@@ -449,7 +449,7 @@ def print_stages(job: dict, pfloor: dict) -> None:
         if value is not None:
             print(f"  {name:<58}{value:>8.2f}" if isinstance(value, float) else f"  {name:<58}{value:>8}")
     for name in ("waiting for workers", "waiting for the writer", "waiting for the tokenizer threads",
-                 "waiting for other threads (source pass, hashing)"):
+                 "waiting for other threads (source pass, hashing)", "waiting for the tokenizer's load"):
         print(f"  {'stream: ' + name:<58}{phases.get(name, 0.0):>8.2f}")
     print(f"  {'make (all)':<58}{job['seconds']:>8.2f}")
     first, last = stages.get("first result after (s from make's start)"), stages.get("last result after")

@@ -453,12 +453,23 @@ def _stages() -> dict:
             spent["the driver's own CPU in the stream (unpickle, pack, hash)"] = time.thread_time() - started
 
     sys.modules["databuild.build"].write_rows = driver_cpu
+    build = sys.modules["databuild.build"]
+    pin = build.pin
+
+    def loaded_when(*args, **kwargs):  # when the tokenizer's load (on a thread, or in a child) has ended
+        pinned = pin(*args, **kwargs)
+        pinned.loaded.add_done_callback(lambda _: seen.setdefault("loaded", time.perf_counter()))
+        return pinned
+
+    build.pin = loaded_when
     return {"spent": spent, "seen": seen}
 
 
 def _stage_figures(stages: dict, started: float) -> dict:
     results = stages["seen"]["results"]
     return {**{k: None if v is None else round(v, 3) for k, v in stages["spent"].items()},
+            "tokenizer loaded after (s from make's start)": round(stages["seen"]["loaded"] - started, 3)
+            if "loaded" in stages["seen"] else None,
             "first result after (s from make's start)": round(results[0] - started, 3) if results else None,
             "last result after": round(results[-1] - started, 3) if results else None,
             "results (batches)": len(results)}
@@ -488,7 +499,7 @@ def _waits() -> dict[str, float]:
     from concurrent.futures import Future
 
     spent = {"waiting for workers": 0.0, "waiting for the writer": 0.0, "waiting for the tokenizer threads": 0.0,
-             "waiting for other threads (source pass, hashing)": 0.0}
+             "waiting for other threads (source pass, hashing)": 0.0, "waiting for the tokenizer's load": 0.0}
     result = Future.result
 
     def timed(self, timeout=None):
@@ -496,7 +507,8 @@ def _waits() -> dict[str, float]:
         value = result(self, timeout)
         # results of a worker / of encode_batch in this process / of the source pass's parts or the hashing /
         # of write_table
-        kind = "workers" if isinstance(value, tuple) else (
+        kind = ("the tokenizer's load" if type(value[0]).__name__ == "Packing" else "workers") if isinstance(
+            value, tuple) and value else (
             ("the tokenizer threads" if value and type(value[0]).__name__ == "Encoding" else
              "other threads (source pass, hashing)") if isinstance(value, list) else "the writer")
         spent[f"waiting for {kind}"] += time.perf_counter() - started
