@@ -379,7 +379,7 @@ def _spawned_at() -> float:
 # pass's threads). A name a databuild no longer has is reported as not measured: keep them current.
 STAGES = (
     ("databuild.inputs.resolve", "hash_files", "pin: hash the source"),
-    ("databuild.prepare", "load_tokenizer", "pin: load the tokenizer"),
+    ("databuild.executors.loader", "load_tokenizer", "pin: load the tokenizer"),
     ("databuild.build", "pin", "pin (all)"),
     ("databuild.prepare", "placement", "source pass: permutation"),
     ("databuild.sources.spill", "iter_batches", "source pass: read (threads)"),

@@ -17,12 +17,9 @@ from typing import Iterator
 from .config import BuildConfig
 from .encode.encoder import Encoder
 from .errors import BuildError
-from .encode.ends import generation_stops
-from .encode.render import Renderer, load_tokenizer
-from .executors.loader import load_in_child
+from .executors.loader import load_in_child, loaded
 from .executors.stream import batch_sizes, batches
 from .inputs.resolve import ResolvedInputs, resolve_inputs
-from .pack.policy import packing_for
 from .pack.rows import Packing
 from .records.conversation import Conversation
 from .records.problems import BadConversation, marked, on_bad_conversation
@@ -72,8 +69,8 @@ def pin(config: BuildConfig, offline: bool = False, wait: bool = True, in_child:
     loading: list[Future] = []
 
     def load(directory: Path) -> None:
-        child = load_in_child(_loaded, config, directory) if in_child else None
-        loading.append(child or loader.submit(_loaded, config, directory))
+        child = load_in_child(loaded, config, directory) if in_child else None
+        loading.append(child or loader.submit(loaded, config, directory))
         threaded.append(child is None)
 
     threaded: list[bool] = []
@@ -95,22 +92,6 @@ def pin(config: BuildConfig, offline: bool = False, wait: bool = True, in_child:
         sys.setswitchinterval(min(previous, LOADING_SWITCH_INTERVAL))
         pinned.loaded.add_done_callback(lambda _: sys.setswitchinterval(previous))
     return pinned
-
-
-def _loaded(config: BuildConfig, tokenizer_dir: Path) -> tuple[Packing, Encoder]:
-    tokenizer, encoder = encoder_of(config, tokenizer_dir, config.train_turns)
-    return packing_for(tokenizer, config), encoder
-
-
-def encoder_of(config: BuildConfig, tokenizer_dir: Path, train_turns: str) -> tuple:
-    """(the tokenizer, the encoder of the config's template, strategy and ends of turn), the template compiled."""
-    tokenizer = load_tokenizer(tokenizer_dir)
-    renderer = Renderer.for_tokenizer(tokenizer, config.template_kwargs_dict, config.chat_template_name,
-                                      config.render_timeout)
-    renderer.compile()
-    return tokenizer, Encoder(tokenizer, renderer, config.loss_mask, config.end_of_turn,
-                              generation_stops(tokenizer_dir, tokenizer), config.history, train_turns,
-                              config.stop_tokens_in_fields)
 
 
 @dataclass

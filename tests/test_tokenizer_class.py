@@ -143,7 +143,7 @@ def test_empty_config_matches_no_backend_hub_id():
 def test_a_build_imports_no_model_configuration():
     """The module that imports torch where it is installed (transformers.modeling_rope_utils, through
     configuration_utils) is not imported by loading a tokenizer and preparing a build."""
-    code = ("import sys; from pathlib import Path; from databuild.prepare import load_tokenizer; "
+    code = ("import sys; from pathlib import Path; from databuild.encode.render import load_tokenizer; "
             f"load_tokenizer(Path({str(TOKENIZER_DIR)!r})); import databuild.build, databuild.executors.local; "
             "print(sorted(m for m in sys.modules if m in ('torch', 'transformers.configuration_utils', "
             "'transformers.modeling_rope_utils', 'transformers.models.auto.tokenization_auto')))")

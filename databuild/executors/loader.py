@@ -1,9 +1,11 @@
-"""The tokenizer loaded in a process of its own, forked from the workers' fork server, where a build
-runs encode processes: its load (transformers' tokenizer modules, the files, the template) is ~2 s of
+"""A config's tokenizer and encoder loaded (`encoder_of`, `loaded`: what prepare.pin loads), and where: in
+a process of its own, forked from the workers' fork server, where a build runs encode processes
+(`load_in_child`). The load (transformers' tokenizer modules, the files, the template) is ~2 s of
 Python, which in the build's process would hold the GIL that the source pass's threads need between
 their Arrow calls (bench/README.md, issue 33's third and fourth rounds: the pass 2.5-4.1 s beside the
-load, 1.6-2.2 s alone). The child sends back what the build's process needs, small and pickled; the
-build's process never imports transformers.
+load, 1.6-2.2 s alone). The child sends back what the build's process needs, pickled; the build's
+process never imports transformers. This module is what the child imports: it keeps to the encode
+and pack rooms (not prepare.py, whose imports took the child 0.6-1.1 s).
 """
 
 from __future__ import annotations
@@ -13,10 +15,36 @@ import signal
 import threading
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from typing import Any, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
 
+from ..encode.encoder import Encoder
+from ..encode.ends import generation_stops
+from ..encode.render import Renderer, load_tokenizer
 from ..errors import BuildError
+from ..pack.policy import packing_for
+from ..pack.rows import Packing
 from .workers import expected_origins, imported_elsewhere, worker_context
+
+if TYPE_CHECKING:
+    from ..config import BuildConfig
+
+
+def loaded(config: BuildConfig, tokenizer_dir: Path) -> tuple[Packing, Encoder]:
+    """The config's packing (its separator and pad tokens found in the tokenizer) and encoder."""
+    tokenizer, encoder = encoder_of(config, tokenizer_dir, config.train_turns)
+    return packing_for(tokenizer, config), encoder
+
+
+def encoder_of(config: BuildConfig, tokenizer_dir: Path, train_turns: str) -> tuple:
+    """(the tokenizer, the encoder of the config's template, strategy and ends of turn), the template compiled."""
+    tokenizer = load_tokenizer(tokenizer_dir)
+    renderer = Renderer.for_tokenizer(tokenizer, config.template_kwargs_dict, config.chat_template_name,
+                                      config.render_timeout)
+    renderer.compile()
+    return tokenizer, Encoder(tokenizer, renderer, config.loss_mask, config.end_of_turn,
+                              generation_stops(tokenizer_dir, tokenizer), config.history, train_turns,
+                              config.stop_tokens_in_fields)
 
 
 def load_in_child(load: Callable[..., tuple[Any, Any]], *args) -> Future | None:

@@ -25,7 +25,7 @@ from ..executors.pairs import encode_pairs
 from ..executors.stream import batches
 from ..inputs.pins import check_unchanged
 from ..inputs.resolve import resolve_inputs
-from ..prepare import encoder_of
+from ..executors.loader import encoder_of
 from ..publish.preference import DROPPED, full_manifest, pinned_manifest, read_preference_manifest
 from ..records.pair import TokenizedPair
 from ..records.problems import MALFORMED, BadConversation, on_bad_conversation, template_wide
