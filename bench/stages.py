@@ -7,7 +7,7 @@ CONFIG is a build config (run.py --keep leaves its bench-1x.yaml in the kept dir
 one after another on the main thread, except the tokenizer's encode_batch, which uses its own Rust
 threads as it does in a build; each line gives the stage's wall and CPU seconds and its CPU cost per
 token, so every stage's share can be set against the tokenizer's. The stages call databuild's own
-functions (Spill.check_and_spill / Spill.conversations / Encoder.finish); a patched
+functions (Spill.check_and_spill / Spill.conversations / Encoder.render_texts, choose, tokenize, finish); a patched
 copy is measured by putting it first on PYTHONPATH (run from outside the repo root, or the repo's
 own package wins through sys.path[0]). Every stage but the last covers the whole source (run.py's
 configs consume ~92% of it), and the tokenized stream stays in memory: ~0.5 GiB for the default corpus.
@@ -50,26 +50,21 @@ def main(argv=None) -> None:
         import transformers.utils.chat_template_utils  # noqa: F401
         from dataclasses import replace
 
-        from databuild.prepare import DEFAULT_WINDOW
+        from databuild.prepare import DEFAULT_WINDOW, encoder_of
         from databuild.config import load_config, packing_keys
-        from databuild.encode.encoder import Encoder
         from databuild.rowfile.hashes import RowsHasher
         from databuild.inputs.resolve import resolve_inputs
         from databuild.pack.policy import POLICIES, pack, packing_for
         from databuild.pack.rows import PackStats
         from databuild.sources.mixture import placement
-        from databuild.encode.render import Renderer, load_tokenizer
         from databuild.sources.spill import Spill
         from databuild.rowfile.write import write_rows
     config = load_config(args.config)
     with stage("resolve inputs (hash source + tokenizer files)"):
         inputs = resolve_inputs(config, offline=True)
     with stage("load tokenizer"):
-        tokenizer = load_tokenizer(inputs.tokenizer_dir)
+        tokenizer, encoder = encoder_of(config, inputs.tokenizer_dir, config.train_turns)  # as make builds it
         packing = packing_for(tokenizer, config)
-        encoder = Encoder(tokenizer, Renderer.for_tokenizer(tokenizer, config.template_kwargs_dict,
-                                                            config.chat_template_name),
-                          config.loss_mask, config.end_of_turn, config.history)
     files = list(inputs.source_files)
     positions = placement(*inputs.selections, config.seed)
     spill_dir = tempfile.TemporaryDirectory(prefix="databuild-stages-")
@@ -85,13 +80,14 @@ def main(argv=None) -> None:
     for low in range(0, len(conversations), args.batch_size):
         batch = conversations[low:low + args.batch_size]
         with stage("render (chat template)"):
-            rendered = encoder.render(batch)
+            texts = encoder.render_texts(batch)
+        with stage("targets (Encoder.choose: the strategy's proofs)"):
+            rendered = encoder.choose(batch, texts)
         with stage("encode_batch (Rust threads)"):
             encodings = encoder.tokenize(rendered)
-        tokens += sum(len(e) for e in encodings)
-        with stage("  of which not in a build: the strategy's spans alone"):
-            _strategy_spans(encoder, batch, rendered)
-        with stage("ids + masks (Encoder.finish, the strategy's proofs included)"):
+        # an expanded conversation's samples: a list of encodings in its place
+        tokens += sum(len(e) for item in encodings for e in (item if isinstance(item, list) else [item]))
+        with stage("ids + masks (Encoder.finish)"):
             tokenized.extend(encoder.finish(batch, rendered, encodings))
         with stage("free the encodings"):
             del encodings
@@ -117,22 +113,6 @@ def main(argv=None) -> None:
         print(f"{name:<52}{wall:>8.2f}{cpu:>8.2f}{cpu / tokens * 1e9:>14.1f}")
     total = sum(cpu for name, (_, cpu) in TOTALS.items() if not name.startswith(("encode_batch", " ", "(")))
     print(f"{'all stages but encode_batch':<52}{'':>8}{total:>8.2f}{total / tokens * 1e9:>14.1f}")
-
-
-def _strategy_spans(encoder, batch, rendered) -> None:
-    """The strategy's spans of every conversation (for `assistant` without tags, the inference renders
-    and proofs; for muse_spark, the placement proof): what they cost (Encoder.finish does it again;
-    this stage is left out of the total)."""
-    from databuild.encode.placement import MaskError
-    from databuild.encode.targets import samples
-    from databuild.records.problems import Problem
-
-    for conversation, item in zip(batch, rendered):
-        if not isinstance(item, Problem):
-            try:
-                samples(encoder, conversation, *item)
-            except MaskError:
-                pass
 
 
 class _NoHash:
