@@ -50,7 +50,8 @@ def main(argv=None) -> None:
         import transformers.utils.chat_template_utils  # noqa: F401
         from dataclasses import replace
 
-        from databuild.prepare import DEFAULT_WINDOW, encoder_of
+        from databuild.executors.loader import encoder_of
+        from databuild.prepare import DEFAULT_WINDOW
         from databuild.config import load_config, packing_keys
         from databuild.rowfile.hashes import RowsHasher
         from databuild.inputs.resolve import resolve_inputs
