@@ -212,6 +212,31 @@ def test_untagged_targets_by_inference(tokenizer, msgs, template, end_of_turn, e
         assert [(p.part, p.parts) for p in parts] == [(k, len(expected)) for k in range(len(expected))]
 
 
+def test_an_expanded_conversation_is_tokenized_as_its_samples_alone(tokenizer):
+    """The tokenizer encodes what is written: in an expanded conversation's place, its samples (a list of
+    encodings), never its whole render as well; a caller that tokenized the whole renders instead
+    (encode/preference.py) gets the same rows from finish."""
+    encoder = Encoder(tokenizer, Renderer(HIDES_EARLIER_ANSWERS, dict(tokenizer.special_tokens_map), KWARGS),
+                      "assistant", ("<|im_end|>",))
+    batch = [Conversation(Origin(0, 0, "e", "s"), messages(("user", "Hi"), ("assistant", "Hello there"),
+                                                           ("user", "You said: Hello there"), ("assistant", "Yes"))),
+             Conversation(Origin(1, 1, "p", "s"), messages(("user", "Hi"), ("assistant", "Hello")))]
+    rendered = encoder.render(batch)
+    encodings = encoder.tokenize(rendered)
+    samples, alone = rendered[0].chosen[0], tokenizer.backend_tokenizer.encode
+    assert len(samples) == 2 and samples[0].text != rendered[0].text  # the first turn as it was generated
+    assert [e.ids for e in encodings[0]] == [alone(s.text, add_special_tokens=False).ids for s in samples]
+    assert encodings[1].ids == alone(rendered[1].text, add_special_tokens=False).ids
+    ours = encoder.finish(batch, rendered, encodings)
+    assert [(o.origin.id, o.part, o.parts, o.problem) for o in ours] == [("e", 0, 2, None), ("e", 1, 2, None),
+                                                                         ("p", 0, 1, None)]
+    whole = encoder.finish(batch, rendered, encoder.tokenize([(item.text, None) for item in rendered]))
+    assert [(o.input_ids.tolist(), o.loss_mask.tolist()) for o in whole] == \
+        [(o.input_ids.tolist(), o.loss_mask.tolist()) for o in ours]
+    assert [supervised_runs(tokenizer, o.input_ids, o.loss_mask) for o in ours][:2] == \
+        [["<|im_start|>assistant\nHello there<|im_end|>"], ["<|im_start|>assistant\nYes<|im_end|>"]]
+
+
 def test_a_prompt_tokenized_otherwise_alone_is_counted(tokenizer):
     """The fixture tokenizer's GPT-2 split cuts the prompt's "\n\n" as "\n" + "\n" before a word, but as
     one piece at the end of the prompt alone: the answer's tokens are targets all the same, and the turn
