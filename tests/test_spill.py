@@ -129,9 +129,8 @@ def test_the_pass_in_parts_on_threads_gives_the_same_stream_and_findings(small_g
 
 @pytest.mark.parametrize("read_rows, spill_rows", [(3, 1), (5, 8), (64, 16), (4096, 8192)])
 def test_the_batches_read_and_written_change_nothing(small_groups, tmp_path, monkeypatch, read_rows, spill_rows):
-    """However many rows a parquet batch holds (about PARQUET_BATCH_BYTES, from READ_BATCH_ROWS to
-    MOST_BATCH_ROWS), and however many a part gathers before it writes them (SPILL_ROWS): the same
-    findings, record counts, stream and rows in each bucket file."""
+    """However many rows a batch read holds (READ_BATCH_ROWS) and a part gathers before it writes them
+    (SPILL_ROWS): the same findings, record counts, stream and rows in each bucket file."""
     import databuild.sources.reader as reader
     import databuild.sources.spill as spill_module
 
@@ -147,7 +146,6 @@ def test_the_batches_read_and_written_change_nothing(small_groups, tmp_path, mon
 
     default = one_pass(tmp_path / "default")
     monkeypatch.setattr(reader, "READ_BATCH_ROWS", read_rows)
-    monkeypatch.setattr(reader, "MOST_BATCH_ROWS", read_rows)
     monkeypatch.setattr(spill_module, "SPILL_ROWS", spill_rows)
     assert one_pass(tmp_path / "other") == default
     assert default[0] and len(default[2]) == 13  # a finding; buckets of 16 for the prefix of 200

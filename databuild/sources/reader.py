@@ -21,12 +21,7 @@ from .layout import split_files
 if TYPE_CHECKING:
     from .formats import Adapter
 
-READ_BATCH_ROWS = 4096  # rows of JSON values decoded together (a JSON file's, a parquet file's Json columns)
-# A parquet file's batches hold about this many bytes of messages and tools (uncompressed, from its metadata),
-# from READ_BATCH_ROWS to MOST_BATCH_ROWS rows: every batch costs the pass's thread a few dozen Arrow and
-# numpy calls, each a turn at the interpreter the threads share, so short rows come in more of them
-PARQUET_BATCH_BYTES = 32 << 20
-MOST_BATCH_ROWS = 65536
+READ_BATCH_ROWS = 4096
 
 
 @dataclass(frozen=True)
@@ -108,19 +103,12 @@ def iter_batches(file: SourceFile, groups: range | None = None) -> Iterator[tupl
                          f"{exc}") from None
 
 
-def parquet_batch_rows(file: SourceFile) -> int:
-    """Rows of a parquet file's batches (not of its Json columns': those are decoded READ_BATCH_ROWS at a time)."""
-    fitting = PARQUET_BATCH_BYTES * file.rows // max(file.message_bytes, 1)
-    return max(READ_BATCH_ROWS, min(MOST_BATCH_ROWS, fitting))
-
-
 def _parquet_batches(file: SourceFile, groups: range) -> Iterator[tuple[pa.RecordBatch, dict[int, str], bool]]:
     """(batch, rows refused, whether its messages were rebuilt from Json: sources/json_rows.py)."""
     parquet = pq.ParquetFile(file.path)
     columns = file.adapter.read_columns(parquet.schema_arrow)
     rebuilt = bool(json_messages(parquet.schema_arrow, file.adapter.message_columns))
-    rows = READ_BATCH_ROWS if rebuilt else parquet_batch_rows(file)
-    for batch in parquet.iter_batches(batch_size=rows, row_groups=groups, columns=columns):
+    for batch in parquet.iter_batches(batch_size=READ_BATCH_ROWS, row_groups=groups, columns=columns):
         problems: dict[int, str] = {}
         if rebuilt:
             batch = decode_json_columns(batch, file.adapter.message_columns, message_strings(file.adapter), problems)
