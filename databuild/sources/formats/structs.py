@@ -18,7 +18,8 @@ Two places differ:
 
 from __future__ import annotations
 
-from typing import Any
+from functools import lru_cache
+from typing import Any, Callable
 
 import pyarrow as pa
 
@@ -63,22 +64,43 @@ def without_nulls(value: Any, kind: pa.DataType) -> tuple[Any, int]:
     """`value` (Python values of Arrow type `kind`) with the keys whose value is null dropped from every
     object that was a struct, and how many were dropped. (Only frames and, under `struct_nulls: drop`,
     JSON values are structs: any other struct refused the file.)"""
-    if value is None:
-        return None, 0
+    return _dropper(kind)(value)
+
+
+@lru_cache(maxsize=256)
+def _dropper(kind: pa.DataType) -> Callable[[Any], tuple[Any, int]]:
+    """without_nulls for values of `kind`, the type's shape read once, not at every value (a source's
+    messages share a few types, and each of their tool calls is walked)."""
     if _is_list(kind):
-        out, dropped = [], 0
-        for item in value:
-            item, n = without_nulls(item, kind.value_type)
-            out.append(item)
-            dropped += n
-        return out, dropped
-    if pa.types.is_struct(kind) and isinstance(value, dict):
-        out, dropped = {}, 0
-        for child in kind:
-            if value.get(child.name) is None:
-                dropped += 1
-                continue
-            out[child.name], n = without_nulls(value[child.name], child.type)
-            dropped += n
-        return out, dropped
+        inner = _dropper(kind.value_type)
+
+        def from_list(value):
+            if value is None:
+                return None, 0
+            out, dropped = [], 0
+            for item in value:
+                item, n = inner(item)
+                out.append(item)
+                dropped += n
+            return out, dropped
+        return from_list
+    if pa.types.is_struct(kind):
+        children = [(child.name, _dropper(child.type)) for child in kind]
+
+        def from_struct(value):
+            if not isinstance(value, dict):  # None, or a value of another shape: as it is
+                return value, 0
+            out, dropped = {}, 0
+            for name, inner in children:
+                if value.get(name) is None:
+                    dropped += 1
+                    continue
+                out[name], n = inner(value[name])
+                dropped += n
+            return out, dropped
+        return from_struct
+    return _as_it_is
+
+
+def _as_it_is(value: Any) -> tuple[Any, int]:
     return value, 0
