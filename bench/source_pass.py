@@ -33,6 +33,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from workers import timed  # bench/workers.py: the stage wrappers run.py's split uses
+
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE_TOKENIZER = REPO / "tests" / "fixtures" / "muse-tiny-tokenizer"
 STAGES = {"iter_batches": "read", "check_batch": "check", "with_valid_utf8": "utf-8"}
@@ -47,27 +49,7 @@ def timed_parts(spill_module, spent: dict, lock: threading.Lock) -> None:
             with lock:
                 spent[_label] += time.perf_counter() - started
 
-        if name == "iter_batches":
-            def steps(*args, _function=function, _add=add, **kwargs):
-                items = _function(*args, **kwargs)
-                while True:
-                    started = time.perf_counter()
-                    try:
-                        item = next(items)
-                    except StopIteration:
-                        _add(started)
-                        return
-                    _add(started)
-                    yield item
-            setattr(spill_module, name, steps)
-        else:
-            def call(*args, _function=function, _add=add, **kwargs):
-                started = time.perf_counter()
-                try:
-                    return _function(*args, **kwargs)
-                finally:
-                    _add(started)
-            setattr(spill_module, name, call)
+        setattr(spill_module, name, timed(function, add))
 
 
 def beside(what: str, done: threading.Event) -> tuple[threading.Thread, dict]:

@@ -396,11 +396,37 @@ STAGES = (
 )
 
 
+def timed(function, add):
+    """`function` wrapped so that `add(started)` is called with the perf_counter at each start of its work:
+    a call, or each step of a generator (the time inside each step, not the consumer's between them)."""
+    import inspect
+
+    def call(*args, **kwargs):
+        started = time.perf_counter()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            add(started)
+
+    def steps(*args, **kwargs):
+        items = function(*args, **kwargs)
+        while True:
+            started = time.perf_counter()
+            try:
+                item = next(items)
+            except StopIteration:
+                add(started)
+                return
+            add(started)
+            yield item
+
+    return steps if inspect.isgeneratorfunction(function) else call
+
+
 def _stages() -> dict:
     """Wraps each of STAGES' functions (generators: the time inside each step), and the driver's
     first and last result from the encoding (worker results, or this process's own finish)."""
     import importlib
-    import inspect
 
     spent, seen = {label: 0.0 for *_, label in STAGES}, {"results": []}
     for module_name, name, label in STAGES:
@@ -410,26 +436,10 @@ def _stages() -> dict:
             spent[label] = None
             continue
 
-        def timed(*args, _function=function, _label=label, **kwargs):
-            started = time.perf_counter()
-            try:
-                return _function(*args, **kwargs)
-            finally:
-                spent[_label] += time.perf_counter() - started
+        def add(started, _label=label):
+            spent[_label] += time.perf_counter() - started
 
-        def timed_steps(*args, _function=function, _label=label, **kwargs):
-            steps = _function(*args, **kwargs)
-            while True:
-                started = time.perf_counter()
-                try:
-                    item = next(steps)
-                except StopIteration:
-                    spent[_label] += time.perf_counter() - started
-                    return
-                spent[_label] += time.perf_counter() - started
-                yield item
-
-        setattr(module, name, timed_steps if inspect.isgeneratorfunction(function) else timed)
+        setattr(module, name, timed(function, add))
     import databuild.executors.local as local
     from databuild.encode.encoder import Encoder
 
