@@ -430,7 +430,10 @@ def _stages() -> dict:
 
     spent, seen = {label: 0.0 for *_, label in STAGES}, {"results": []}
     for module_name, name, label in STAGES:
-        module = importlib.import_module(module_name)
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError:  # a databuild (--databuild) from before the module was added
+            module = None
         function = getattr(module, name, None)
         if function is None:  # moved in this databuild: not measured
             spent[label] = None
