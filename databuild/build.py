@@ -117,8 +117,8 @@ def make(config: BuildConfig, out_dir: Path, *, force: bool = False, offline: bo
     if builds:
         read_versions_early()
     # Where it builds, the source pass runs while the tokenizer loads (prepare.pin, wait=False), in a child
-    # of the fork server where there is one (executors/loader.py); the local workers start once it has
-    # (encoding_on).
+    # of the fork server where there is one (executors/loader.py); the local workers start meanwhile and
+    # wait for the encoder (encoding_on).
     pinned = pin(config, offline, wait=not builds, in_child=forking)
     split = validation_split(pinned) if config.validation is not None else None
     validation_final = final.with_name(f"{config.name}.validation.parquet")

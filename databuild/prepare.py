@@ -67,13 +67,12 @@ def pin(config: BuildConfig, offline: bool = False, wait: bool = True, in_child:
     whoever asks for the encoder first waits for it."""
     loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="databuild-load-tokenizer")
     loading: list[Future] = []
+    threaded: list[bool] = []  # whether the load runs on this process's thread
 
     def load(directory: Path) -> None:
         child = load_in_child(loaded, config, directory) if in_child else None
         loading.append(child or loader.submit(loaded, config, directory))
         threaded.append(child is None)
-
-    threaded: list[bool] = []
 
     try:
         inputs = resolve_inputs(config, offline, load)

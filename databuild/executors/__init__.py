@@ -52,7 +52,7 @@ def encoding_on(executor: str, encoder: Encoder | Callable[[], Encoder], workers
     the spill themselves; Ray actors, which may be on other machines, are sent the batches'
     conversations. `workers` None: local, the default for this machine (cores.encode_processes, which
     also caps what is asked); ray, one actor. `encoder` may be a callable that gives it once the tokenizer
-    has loaded: local workers then start when it has, while the source is read."""
+    has loaded: local workers start at once and wait for it, while the source is read."""
     if executor == "ray":
         encoder = encoder() if callable(encoder) else encoder
         from .ray import ray_encode_batches

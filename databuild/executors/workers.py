@@ -106,7 +106,7 @@ def start_worker(encoder_file: str, written, threads: int, origins: dict[str, st
     written.wait()
     try:
         _worker_encoder = pickle.loads(Path(encoder_file).read_bytes())
-    except FileNotFoundError:  # the build ended (stopped) before this worker started: nothing to do
+    except FileNotFoundError:  # the build ended (stopped, or its encoder failed) without writing it: nothing to do
         os._exit(0)
     # Compiling the templates now (cheap once the fork server has imported transformers), not at the
     # first batch, when every worker would do it at once with the driver waiting.
