@@ -32,8 +32,6 @@ from .strategies import strategy_for
 from .turns import DEFAULT_TRAIN_TURNS, without_flags
 
 
-
-
 class Rendered(NamedTuple):
     """A conversation's render, and the targets chosen in it (targets.chosen: the samples train_turns
     keeps, the turns and samples it leaves out)."""
