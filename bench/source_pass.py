@@ -11,7 +11,7 @@ many threads (the parallel floor's read, bench/README.md). Printed for each: wal
 thread-seconds in the pass's parts (run.py's stage wrappers: perf_counter inside each call of
 spill.iter_batches, check_batch, with_valid_utf8 on its thread, so a thread waiting for the interpreter is
 counted), and the peak RSS. `--beside` runs what make runs beside the pass on a thread, at the build's
-switch interval (prepare.LOADING_SWITCH_INTERVAL): `tokenizer` imports transformers and loads the fixture
+switch interval then (0.5 ms; make set it until the tokenizer's load left its process): `tokenizer` imports transformers and loads the fixture
 tokenizer (pin(wait=False)); `python` spins pure Python until the pass ends (the worst case). `--profile`:
 cProfile of the pass on one thread (its parts run on the main thread). Run it under `taskset -c 0-(C-1)`
 for C cores.
@@ -65,7 +65,7 @@ def beside(what: str, done: threading.Event) -> tuple[threading.Thread, dict]:
                 str(list(range(50)))
         out["seconds"] = time.perf_counter() - started
 
-    sys.setswitchinterval(0.0005)  # prepare.LOADING_SWITCH_INTERVAL
+    sys.setswitchinterval(0.0005)  # what make set while it loaded the tokenizer beside the pass (until ecad71d)
     thread = threading.Thread(target=work)
     thread.start()
     return thread, out

@@ -153,12 +153,14 @@ def built_once(final: Path, force: bool, stale: Callable[[], str | None], curren
                build: Callable[[], BuildResult], beside: tuple[Path, ...] = ()) -> BuildResult:
     """The build at `final`, made at most once however many makes run at once: `current()` when `stale()`
     finds it up to date (no lock taken, nothing written); else, under the output's lock, the partial files
-    of a process gone removed (its and those of the files `beside` it that the build writes too), asked again (another process may have just built it), and `build()`."""
+    of a process gone removed (its and those of the files `beside` it that the build writes too), asked
+    again (another process may have just built it), and `build()`."""
     if not force and stale() is None:
         return current()
     final.parent.mkdir(parents=True, exist_ok=True)
     with exclusive(final, f"make of {final.stem} into {final.parent}") as waited:
-        for partial in [p for file in (final, *beside) for p in partials(file)]:  # under the lock: whoever wrote it is gone
+        # under the lock: whoever wrote them is gone
+        for partial in [p for file in (final, *beside) for p in partials(file)]:
             partial.unlink(missing_ok=True)
         reason = "--force given" if force else stale()
         if reason is None:  # another process built it while this one waited

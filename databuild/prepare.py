@@ -7,7 +7,6 @@ training build drops for it. build.py runs these, then the stream.
 
 from __future__ import annotations
 
-import sys
 import tempfile
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -32,7 +31,6 @@ from .sources.spill_folder import spill_folder
 from .sources.spilled import SpilledBatch
 
 DEFAULT_WINDOW = 8192  # conversations per spilled bucket: the memory bound of the source stage
-LOADING_SWITCH_INTERVAL = 0.0005  # s: the GIL's switch interval while the tokenizer loads beside the source pass
 
 
 @dataclass(frozen=True)
@@ -67,12 +65,10 @@ def pin(config: BuildConfig, offline: bool = False, wait: bool = True, in_child:
     whoever asks for the encoder first waits for it."""
     loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="databuild-load-tokenizer")
     loading: list[Future] = []
-    threaded: list[bool] = []  # whether the load runs on this process's thread
 
     def load(directory: Path) -> None:
         child = load_in_child(loaded, config, directory) if in_child else None
         loading.append(child or loader.submit(loaded, config, directory))
-        threaded.append(child is None)
 
     try:
         inputs = resolve_inputs(config, offline, load)
@@ -83,13 +79,6 @@ def pin(config: BuildConfig, offline: bool = False, wait: bool = True, in_child:
     pinned = Pinned(config, inputs, loading[0])
     if wait:
         pinned.encoder  # noqa: B018  (raises the tokenizer's error here)
-    elif threaded[0]:
-        # The load is Python (imports) holding the GIL, while the source pass's threads take it back
-        # between their Arrow calls, each waiting up to the switch interval (5 ms) for it: shorter while
-        # both run, so that the pass is not held up by the load.
-        previous = sys.getswitchinterval()
-        sys.setswitchinterval(min(previous, LOADING_SWITCH_INTERVAL))
-        pinned.loaded.add_done_callback(lambda _: sys.setswitchinterval(previous))
     return pinned
 
 
@@ -139,8 +128,8 @@ def prepare(config: BuildConfig, offline: bool = False, window: int = DEFAULT_WI
             spill_prefix: int | None = None, pinned: Pinned | None = None,
             exclude: tuple[set[int], set[str], set[bytes]] | None = None) -> Prepared:
     """Resolve and check the inputs, load the tokenizer (unless `pinned` has, or is loading it: the pass
-    runs meanwhile, and this returns once both are done), and make the first pass over the source: it checks every conversation and spills the stream's expected prefix
-    (`spill_prefix` overrides it). Nothing is rendered before this. `exclude`: the validation split's
+    runs meanwhile, and this returns once both are done), and make the first pass over the source: it
+    checks every conversation and spills the stream's expected prefix (`spill_prefix` overrides it). Nothing is rendered before this. `exclude`: the validation split's
     rows, ids and content keys, which this stream drops."""
     if preference_sources([spec.format for spec in config.sources]):
         raise BuildError(f"the sources have the preference format {config.sources[0].format!r}: an SFT build "
@@ -161,6 +150,8 @@ def prepare(config: BuildConfig, offline: bool = False, window: int = DEFAULT_WI
         held_out = held_out_conversations(spill.keys, *exclude, files) if exclude else {}
         duplicates = find_duplicates({i: k for i, k in spill.keys.items() if i not in held_out}, files) if \
             config.dedup == "exact" else {}
+        return Prepared(config, inputs, pinned.packing, malformed, pinned.encoder, spill, spill_dir, duplicates,
+                        held_out)
     except Exception:
         spill_dir.cleanup()
         # The tokenizer may have loaded meanwhile (pin(wait=False)): its error comes first, as when the
@@ -168,12 +159,6 @@ def prepare(config: BuildConfig, offline: bool = False, window: int = DEFAULT_WI
         if (failed := pinned.load_error()) is not None:
             raise failed from None
         raise
-    except BaseException:
-        spill_dir.cleanup()
-        raise
-    try:
-        return Prepared(config, inputs, pinned.packing, malformed, pinned.encoder, spill, spill_dir, duplicates,
-                        held_out)
     except BaseException:
         spill_dir.cleanup()
         raise

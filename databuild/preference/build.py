@@ -64,7 +64,8 @@ def kind_of(config) -> str:
 def pin_pairs(config, offline: bool = False) -> PinnedPairs:
     kind = kind_of(config)
     inputs = resolve_inputs(config, offline=offline)
-    _, encoder = encoder_of(config, inputs.tokenizer_dir, "flagged")  # the prompt's turns flagged off (encode/preference.py)
+    # the prompt's turns flagged off (encode/preference.py)
+    _, encoder = encoder_of(config, inputs.tokenizer_dir, "flagged")
     return PinnedPairs(config, inputs, PairEncoder(encoder), kind,
                        pinned_manifest(config, inputs, kind, encoder_pins(encoder)))
 

@@ -8,8 +8,8 @@ The first pass also checks every row of the mixed source, so a malformed row any
 anything is rendered. A pass reads the files in parts (runs of row groups) on threads, one per core:
 parquet decoding, the checks, the takes and the IPC writes run in Arrow's C++ without the GIL, a
 part gathers what it takes (up to SPILL_ROWS rows) and writes it one batch a bucket, and each bucket
-file has a lock of its own, so parts writing different buckets never wait for each other. It spills only the prefix of the stream the build is expected to read
-(`expected_prefix`, generous), because a recipe may read a few percent of its source; a stream that
+file has a lock of its own, so parts writing different buckets never wait for each other. It spills
+only the prefix of the stream the build is expected to read (`expected_prefix`, generous), because a recipe may read a few percent of its source; a stream that
 goes past it gets another pass, which spills as far again (the spilled prefix doubles). The stream
 is the same whatever the prefix, the window, the number of passes or the order files finish in.
 Reading the buckets back (what a worker process needs of the spill) is spilled.py's.
@@ -145,8 +145,9 @@ class Spill:
             buckets = positions // self.window
             order = np.argsort(buckets, kind="stable")
             taken = with_valid_utf8(pa.concat_batches([t for t, _, _ in pending]))  # malformed rows must read back
+            rows = np.concatenate([r for *_, r in pending])
             grouped = pa.RecordBatch.from_arrays(
-                [taken.column(c) for c in COLUMNS] + [pa.array(positions), pa.array(np.concatenate([r for *_, r in pending]))],
+                [taken.column(c) for c in COLUMNS] + [pa.array(positions), pa.array(rows)],
                 names=COLUMNS + ["position", "index"]).take(pa.array(order))
             buckets = buckets[order]
             cuts = np.flatnonzero(np.diff(buckets)) + 1

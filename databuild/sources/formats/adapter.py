@@ -144,9 +144,10 @@ class Adapter:
             if name in (role, content, KEY_ORDER) or name in carried or name in self.ignore:
                 continue
             for item in present(pc.struct_field(flat, name)).tolist():
-                problems.setdefault(row_of(offsets, item), f"message {item - offsets[row_of(offsets, item)]}: "
-                                    f"unknown field {quoted(name)} (the record carries {', '.join(dict.fromkeys((role, content, *carried)))}; "
-                                    "list it in the source's ignore_fields to build without it)")
+                row = row_of(offsets, item)
+                carries = ", ".join(dict.fromkeys((role, content, *carried)))
+                problems.setdefault(row, f"message {item - offsets[row]}: unknown field {quoted(name)} (the record "
+                                         f"carries {carries}; list it in the source's ignore_fields to build without it)")
         dropped: Counter = Counter()
         fields = message_fields(flat, roles, offsets, carried, problems, dropped)
         return Flat(offsets, roles, contents.cast(pa.string()), fields, problems, dropped)
