@@ -29,7 +29,7 @@ def _overrides(config, dataset_dir, tokenizer_dir):
               help="A local copy of the tokenizer files in place of the hub; checked against the pins.")
 @click.option("--workers", type=click.IntRange(min=1), default=None,
               help="Processes that render and tokenize, the cores shared out between them and the tokenizer's "
-                   "threads; the output does not depend on it. Default, and the most that runs: 1 below 8 cores, "
+                   "threads; the output does not depend on it. Default, and the most that runs: 1 below 4 cores, "
                    "else one per core, 16 at most, as more were slower; DATABUILD_CORES sets the cores, "
                    "RAYON_NUM_THREADS the threads of each. Ray: the actors (default 1).")
 @click.option("--batch-size", type=click.IntRange(min=1), default=256, show_default=True,

@@ -166,7 +166,7 @@ def pytest_terminal_summary(terminalreporter):
 
 @pytest.fixture
 def sixteen_cores(monkeypatch):
-    """A build runs one encode process below 8 cores, one per core from 8 on (executors/cores.py): tests
+    """A build runs one encode process below 4 cores, one per core from 4 on (executors/cores.py): tests
     that ask for --workers 2 to 16 say the machine has 16 cores, so that those run as that many processes
     on any machine, CI's 2 cores included (its subprocesses inherit it), and a build without --workers
     runs 16, as on a 16-core node. Without it the default is what the machine gives (1 process on 2

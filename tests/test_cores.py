@@ -18,10 +18,10 @@ from databuild.executors.cores import default_workers, encode_processes, most_pr
 from databuild.utils.machine import available_cores
 
 
-@pytest.mark.parametrize("machine, workers", [(1, 1), (2, 1), (4, 1), (7, 1), (8, 8), (12, 12), (16, 16), (17, 16),
+@pytest.mark.parametrize("machine, workers", [(1, 1), (2, 1), (3, 1), (4, 4), (7, 7), (8, 8), (12, 12), (16, 16), (17, 16),
                                               (64, 16), (200, 16)])
 def test_default_workers(machine, workers):
-    """Below 8 cores the build's own process (a second was slower on 2 and 4 cores); from 8 on, one
+    """Below 4 cores the build's own process (a second was no faster on 2 cores); from 4 on, one
     process per core, 16 at most (bench/README.md, "Cores")."""
     assert default_workers(machine) == workers
     assert threads_per_worker(workers, machine, environ={}) == machine // workers
@@ -61,15 +61,15 @@ def test_databuild_cores_says_how_many(monkeypatch):
             available_cores({"DATABUILD_CORES": value})
 
 
-@pytest.mark.parametrize("asked, machine, processes", [(None, 2, 1), (2, 2, 1), (16, 2, 1), (2, 4, 1), (2, 8, 2),
-                                                       (16, 8, 8), (None, 16, 16), (1, 16, 1), (3, 16, 3),
-                                                       (32, 16, 16), (None, 64, 16), (64, 64, 16)])
+@pytest.mark.parametrize("asked, machine, processes", [(None, 2, 1), (2, 2, 1), (16, 2, 1), (2, 3, 1), (2, 4, 2),
+                                                       (None, 4, 4), (2, 8, 2), (16, 8, 8), (None, 16, 16), (1, 16, 1),
+                                                       (3, 16, 3), (32, 16, 16), (None, 64, 16), (64, 64, 16)])
 def test_processes_are_the_default_at_most(asked, machine, processes):
     """--workers asks for at most that many processes; more than the default never run (slower)."""
     assert encode_processes(asked, machine) == processes
 
 
-@pytest.mark.parametrize("machine, rule", [(2, "one process below 8 cores (2 here)"),
+@pytest.mark.parametrize("machine, rule", [(2, "one process below 4 cores (2 here)"),
                                            (16, "one process per core, 16 at most (16 cores here)")])
 def test_why_no_more_processes_run(machine, rule):
     assert most_processes_rule(machine) == rule
@@ -113,7 +113,7 @@ def test_results_cross_from_workers_whole(tiny_config):
 
 @pytest.mark.parametrize("cores_, workers, said", [
     ("2", "3", "encoded by: 1 process (the build's own), the tokenizer's threads on every core; --workers 3 asked, "
-               "1 runs: one process below 8 cores (2 here), as more were slower"),
+               "1 runs: one process below 4 cores (2 here), as more were slower"),
     ("16", "2", "encoded by: 2 processes x 8 tokenizer threads\n"),
     ("16", "20", "encoded by: 16 processes x 1 tokenizer thread; --workers 20 asked, 16 run: one process per core, "
                  "16 at most (16 cores here), as more were slower")])

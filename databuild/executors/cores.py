@@ -8,10 +8,12 @@ from ..utils.machine import available_cores, count_in_environment
 # From this many cores on, a build runs one encode process per core, each with one tokenizer thread (no
 # thread pool to idle while its process's Python renders and masks), up to MOST_PROCESSES; below it, its own
 # process, the tokenizer's threads on every core, its Python overlapped with them. Measured (bench/README.md,
-# "Cores"): on 2 and 4 cores a second process was slower than one (12% and 25%); on 8 and 16 cores one
-# process per core was the fastest, at the recipe's size and at 8 times it, once workers were forked from a
-# server that imports transformers once (workers.worker_context) rather than spawned, each importing it.
-PROCESS_PER_CORE_FROM = 8
+# "Cores" and "Fifth round"): on 8 and 16 cores one process per core was the fastest, at the recipe's size
+# and at 8 times it; on 4 cores, once the tokenizer loaded outside the build's process (loader.py), four
+# processes were 1.37-1.46x the parallel floor against one's 1.38-1.61x (three pairs, 1.7-1.9x the
+# memory); on 2 cores two were no faster (1.32-1.53x against 1.37-1.40x on the device, 1.30-1.34x against
+# 1.23-1.31x here).
+PROCESS_PER_CORE_FROM = 4
 # With 16 single-threaded processes the driver (pack, hash, write) is nearly the limit (it waited for its
 # writer 7 s of 54 in the 8x job): more would only add memory (~170 MB each, measured). Above 16 cores,
 # the cores are shared out as threads of these 16 (threads_per_worker).
