@@ -11,9 +11,9 @@ many threads (the parallel floor's read, bench/README.md). Printed for each: wal
 thread-seconds in the pass's parts (run.py's stage wrappers: perf_counter inside each call of
 spill.iter_batches, check_batch, with_valid_utf8 on its thread, so a thread waiting for the interpreter is
 counted), and the peak RSS. `--beside` runs what make runs beside the pass on a thread, at the build's
-switch interval then (0.5 ms; make set it until the tokenizer's load left its process): `tokenizer` imports transformers and loads the fixture
-tokenizer (pin(wait=False)); `python` spins pure Python until the pass ends (the worst case). `--profile`:
-cProfile of the pass on one thread (its parts run on the main thread). Run it under `taskset -c 0-(C-1)`
+switch interval then (0.5 ms; make set it until the tokenizer's load left its process): `tokenizer`
+imports transformers and loads the fixture tokenizer (pin(wait=False)); `python` spins pure Python until
+the pass ends (the worst case). `--profile`: cProfile of the pass on one thread (its parts run on the main thread). Run it under `taskset -c 0-(C-1)`
 for C cores.
 """
 

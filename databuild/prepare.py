@@ -129,8 +129,9 @@ def prepare(config: BuildConfig, offline: bool = False, window: int = DEFAULT_WI
             exclude: tuple[set[int], set[str], set[bytes]] | None = None) -> Prepared:
     """Resolve and check the inputs, load the tokenizer (unless `pinned` has, or is loading it: the pass
     runs meanwhile, and this returns once both are done), and make the first pass over the source: it
-    checks every conversation and spills the stream's expected prefix (`spill_prefix` overrides it). Nothing is rendered before this. `exclude`: the validation split's
-    rows, ids and content keys, which this stream drops."""
+    checks every conversation and spills the stream's expected prefix (`spill_prefix` overrides it).
+    Nothing is rendered before this. `exclude`: the validation split's rows, ids and content keys, which
+    this stream drops."""
     if preference_sources([spec.format for spec in config.sources]):
         raise BuildError(f"the sources have the preference format {config.sources[0].format!r}: an SFT build "
                          "reads conversations; set task: preference to build chosen/rejected pairs")

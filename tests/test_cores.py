@@ -18,8 +18,8 @@ from databuild.executors.cores import default_workers, encode_processes, most_pr
 from databuild.utils.machine import available_cores
 
 
-@pytest.mark.parametrize("machine, workers", [(1, 1), (2, 1), (3, 1), (4, 4), (7, 7), (8, 8), (12, 12), (16, 16), (17, 16),
-                                              (64, 16), (200, 16)])
+@pytest.mark.parametrize("machine, workers", [(1, 1), (2, 1), (3, 1), (4, 4), (7, 7), (8, 8), (12, 12), (16, 16),
+                                              (17, 16), (64, 16), (200, 16)])
 def test_default_workers(machine, workers):
     """Below 4 cores the build's own process (a second was no faster on 2 cores); from 4 on, one
     process per core, 16 at most (bench/README.md, "Cores")."""

@@ -9,9 +9,10 @@ anything is rendered. A pass reads the files in parts (runs of row groups) on th
 parquet decoding, the checks, the takes and the IPC writes run in Arrow's C++ without the GIL, a
 part gathers what it takes (up to SPILL_ROWS rows) and writes it one batch a bucket, and each bucket
 file has a lock of its own, so parts writing different buckets never wait for each other. It spills
-only the prefix of the stream the build is expected to read (`expected_prefix`, generous), because a recipe may read a few percent of its source; a stream that
-goes past it gets another pass, which spills as far again (the spilled prefix doubles). The stream
-is the same whatever the prefix, the window, the number of passes or the order files finish in.
+only the prefix of the stream the build is expected to read (`expected_prefix`, generous), because a
+recipe may read a few percent of its source; a stream that goes past it gets another pass, which
+spills as far again (the spilled prefix doubles). The stream is the same whatever the prefix, the
+window, the number of passes or the order files finish in.
 Reading the buckets back (what a worker process needs of the spill) is spilled.py's.
 """
 
