@@ -78,7 +78,7 @@ def _fork_server_outside_private_tmp() -> None:
     (a file alone, a -k selection, pytest-xdist's share), so it is started here first, in the real $TMPDIR."""
     from multiprocessing import forkserver
 
-    from databuild.executors.workers import start_resource_tracker, worker_context
+    from databuild.executors.fork_server import start_resource_tracker, worker_context
 
     if worker_context().get_start_method() == "forkserver":
         start_resource_tracker()

@@ -371,7 +371,7 @@ def test_a_child_with_other_packages_than_the_build_loads_nothing():
     """The tokenizer's loader, like a worker, refuses to hand the build an encoder made with another
     transformers than the build's process would import (the fork server's own sys.path)."""
     from databuild.executors.loader import _loaded_pickled
-    from databuild.executors.workers import expected_origins
+    from databuild.executors.fork_server import expected_origins
 
     here = expected_origins()
     assert set(here) == {"numpy", "tokenizers", "jinja2", "transformers"}

@@ -33,12 +33,12 @@ class Encoding:
 
 def start_early(executor: str, workers: int | None) -> bool:
     """What the encoding can start before the build knows its encoder: the fork server its local worker
-    processes are forked from (workers.start_fork_server), where there will be workers. Whether it
+    processes are forked from (fork_server.start_fork_server), where there will be workers. Whether it
     started one (the tokenizer can then load in a child of its own: executors/loader.py)."""
     from .cores import encode_processes
 
     if executor == "local" and encode_processes(workers) > 1:
-        from .workers import start_fork_server
+        from .fork_server import start_fork_server
 
         return start_fork_server()
     return False

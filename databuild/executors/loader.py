@@ -24,7 +24,7 @@ from ..encode.render import Renderer, load_tokenizer
 from ..errors import BuildError
 from ..pack.policy import packing_for
 from ..pack.rows import Packing
-from .workers import expected_origins, imported_elsewhere, worker_context
+from .fork_server import expected_origins, imported_elsewhere, worker_context
 
 if TYPE_CHECKING:
     from ..config import BuildConfig
@@ -68,7 +68,7 @@ def load_in_child(load: Callable[..., tuple[Any, Any]], *args) -> Future | None:
 
     def start() -> None:
         # On a thread: the child's start waits for the fork server to have imported what it preloads
-        # (workers.start_fork_server started it), which the source pass need not wait for.
+        # (fork_server.start_fork_server started it), which the source pass need not wait for.
         try:
             pool = ProcessPoolExecutor(max_workers=1, mp_context=context, initializer=_ignore_stops)
             pool.submit(_loaded_pickled, expected_origins(), load, *args).add_done_callback(received)

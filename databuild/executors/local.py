@@ -23,8 +23,8 @@ from ..records.conversation import Conversation, TokenizedConversation
 from ..sources.spill_folder import spill_folder, tmpdir_full
 from .cores import threads_per_worker
 from .stream import batches, in_order, overlapped
-from .workers import (encode_in_worker, end_pool, expected_origins, from_columns, ready, start_resource_tracker,
-                      start_worker, worker_context)
+from .fork_server import expected_origins, start_resource_tracker, worker_context
+from .workers import encode_in_worker, end_pool, from_columns, ready, start_worker
 
 if TYPE_CHECKING:
     from ..sources.spilled import SpilledBatch

@@ -13,6 +13,7 @@ from typing import Iterable, Iterator
 
 from ..sources.spill_folder import spill_folder
 from . import workers as worker
+from .fork_server import expected_origins, start_resource_tracker, worker_context
 from .cores import threads_per_worker
 from .stream import in_order, overlapped
 
@@ -28,19 +29,19 @@ def encode_pairs(batches: Iterable[list], encoder, processes: int) -> Iterator:
     if processes <= 1:
         yield from overlapped(batches, encoder)
         return
-    worker.start_resource_tracker()
+    start_resource_tracker()
     folder = spill_folder()
     pool = lifeline = None
     try:
         encoder_file = Path(folder.name) / "pair-encoder.pickle"
         encoder_file.write_bytes(pickle.dumps(encoder))
-        context = worker.worker_context()
+        context = worker_context()
         ended, written = context.Event(), context.Event()
         written.set()  # the encoder's file is there before the workers start
         lifeline, child_end = context.Pipe(duplex=False)
         pool = ProcessPoolExecutor(max_workers=processes, mp_context=context, initializer=worker.start_worker,
                                    initargs=(str(encoder_file), written, threads_per_worker(processes),
-                                             worker.expected_origins(), ended, child_end))
+                                             expected_origins(), ended, child_end))
         yield from in_order(batches, lambda batch: pool.submit(encode_pairs_in_worker, batch),
                             lambda future: future.result(), 2 * processes)
     finally:

@@ -1,18 +1,14 @@
 """The worker processes' lifecycle and wire format: how they start (forked from multiprocessing's fork
-server, which imports what they need once: a spawned worker spent ~1 CPU s importing it), what each
+server, fork_server.py, which imports what they need once: a spawned worker spent ~1 CPU s importing it), what each
 does with a batch (its own tokenizer threads overlapped with its Python, in WORKER_PARTS), what
 crosses back to the driver (`to_columns`), and how they stop with the build (`end_pool`).
 """
 
 from __future__ import annotations
 
-import importlib.util
-import multiprocessing
 import os
 import pickle
 import signal
-import sys
-import tempfile
 import threading
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import fields
@@ -27,6 +23,7 @@ from ..encode.encoder import Encoder
 from ..errors import BuildError
 from ..records.conversation import Conversation, TokenizedConversation
 from ..records.origin import Origin
+from .fork_server import imported_elsewhere
 from .stream import batches, overlapped
 
 if TYPE_CHECKING:
@@ -39,52 +36,6 @@ WORKER_PARTS = 4
 _worker_encoder: Encoder | None = None  # in a worker process: the one the pool was started with
 _worker_problem: str | None = None  # in a worker process: why it must not encode (_imported_elsewhere)
 _worker_ended = None  # in a worker process: the build's Event, set when its encoding ends (end_pool)
-
-# What every worker imports and what takes most of its start (~0.8 of ~1 CPU s measured here, transformers
-# above all, numpy with it): imported once, by the fork server, whose forked children (the workers) start
-# with them. Not pyarrow: importing it starts jemalloc's background thread, and forking a process that runs
-# other threads is how allocator deadlocks happen; a worker imports it itself (0.03 s).
-SHARED_IMPORTS = ("numpy", "tokenizers", "jinja2", "transformers.utils.chat_template_utils")
-
-
-# The fork server listens on a Unix socket at $TMPDIR/pymp-XXXXXXXX/listener-XXXXXXXX (multiprocessing's
-# names), and a Unix socket's path holds at most 107 bytes: a longer $TMPDIR than this leaves no room.
-FORK_SERVER_TMPDIR_BYTES = 107 - len("/pymp-XXXXXXXX/listener-XXXXXXXX")
-
-
-def worker_context() -> multiprocessing.context.BaseContext:
-    """How worker processes start: forked from multiprocessing's fork server, which imports SHARED_IMPORTS
-    once and never runs a tokenizer (the Rust thread pool does not survive a fork, so the build's own
-    process must not be forked); spawned, each importing everything, where there is no fork server or
-    where $TMPDIR's path is too long for its socket (the build is the same, its workers slower to start)."""
-    if "forkserver" not in multiprocessing.get_all_start_methods() or \
-            len(os.fsencode(tempfile.gettempdir())) > FORK_SERVER_TMPDIR_BYTES:
-        return multiprocessing.get_context("spawn")
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(list(SHARED_IMPORTS))
-    return context
-
-
-def start_fork_server() -> bool:
-    """Starts the fork server now, on a thread of its own, so that its imports (SHARED_IMPORTS, ~1 CPU s)
-    run on another core while the build's process pins its inputs, rather than once the build's encoding
-    starts; the pool's start then only waits for what is left of it. The resource tracker (which the fork
-    server starts first) is started with SIGHUP blocked, as ever. False where workers are spawned."""
-    context = worker_context()
-    if context.get_start_method() != "forkserver":
-        return False
-    from multiprocessing import forkserver
-
-    def start() -> None:
-        try:
-            start_resource_tracker()
-            forkserver.ensure_running()
-        except Exception:  # the pool's own start tries again, and says what fails
-            pass
-
-    threading.Thread(target=start, name="databuild-start-fork-server", daemon=True).start()
-    return True
-
 
 def start_worker(encoder_file: str, written, threads: int, origins: dict[str, str], ended, lifeline) -> None:
     global _worker_encoder, _worker_problem, _worker_ended
@@ -116,30 +67,6 @@ def start_worker(encoder_file: str, written, threads: int, origins: dict[str, st
 def _exit_with_the_build(lifeline: Connection) -> None:
     lifeline.poll(None)  # readable only at its end: the build's process, which holds the other end, is gone
     os._exit(0)
-
-
-def expected_origins() -> dict[str, str]:
-    """Where the build's process takes (or would take) each package of SHARED_IMPORTS from, found without
-    importing it: its own process may never import transformers (executors/loader.py)."""
-    found = {}
-    for name in dict.fromkeys(name.partition(".")[0] for name in SHARED_IMPORTS):
-        spec = importlib.util.find_spec(name)
-        if spec is not None and spec.origin is not None:
-            found[name] = spec.origin
-    return found
-
-
-def imported_elsewhere(origins: dict[str, str]) -> str | None:
-    """Whether this child (a worker, the tokenizer's loader) has a package of SHARED_IMPORTS from another
-    file than the build's process (`origins`: expected_origins there): the fork server imports them with
-    its own sys.path (CPython's forkserver does not apply the parent's), and a child rendering or
-    tokenizing with another transformers than the build's must not run."""
-    for name, path in origins.items():
-        here = getattr(sys.modules.get(name), "__file__", None)
-        if here is not None and here != path:
-            return (f"an encode process imported {name} from {here}, the build's process from {path}: "
-                    f"run the build with that module first on the default path (PYTHONPATH), or --workers 1")
-    return None
 
 
 def ready() -> None:
@@ -183,20 +110,6 @@ def from_columns(columns: tuple) -> list[TokenizedConversation]:
     return [TokenizedConversation(Origin(*values[:at]), ids[low:high], mask[low:high],
                                   **dict(zip(_SCALARS, values[at:])))
             for values, low, high in zip(scalars, [0] + ends[:-1], ends)]
-
-
-def start_resource_tracker() -> None:
-    """multiprocessing's resource tracker, started now with SIGHUP blocked: it ignores SIGINT and
-    SIGTERM but not SIGHUP, so a terminal's hang-up sent to the process group would kill it, and it
-    would fill stderr with its complaints while the build stops. The mask is this thread's, and
-    restored at once; a SIGHUP meanwhile waits, and is handled then."""
-    from multiprocessing import resource_tracker
-
-    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
-    try:
-        resource_tracker.ensure_running()
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
 def end_pool(pool: ProcessPoolExecutor, ended) -> None:
