@@ -312,15 +312,24 @@ def run_peer(job: dict) -> dict:
 def run_make(job: dict) -> dict:
     # What make imports, imported before it is timed (its start_and_imports_seconds counts them): not
     # transformers.AutoTokenizer, which databuild no longer imports (it imports torch where torch is installed).
+    # In the order `databuild make` takes them (cli_make.make): the config, the workers' fork server started
+    # (it builds: force), then the build's imports.
     import databuild
+    from databuild.config import load_config
+
+    config = load_config(job["config"])
+    try:
+        from databuild.executors import start_early
+    except ImportError:  # a databuild (--databuild) from before it
+        pass
+    else:
+        start_early("local", job["workers"])
     import databuild.build
     from databuild.build import make
-    from databuild.config import load_config
 
     phases = _timed(databuild.build, ("pin", "prepare", "check_unchanged"))
     stages = _stages()
     waits = _waits()
-    config = load_config(job["config"])
     tree = TreePeak() if (job["workers"] or 2) > 1 else None
     if tree:
         tree.start()

@@ -37,7 +37,7 @@ from .current import stale_reason
 from .prepare import DEFAULT_WINDOW, Pinned, Prepared, pin, prepare, validation_split
 from .publish.lock import exclusive
 from .publish.record import BuildRecord
-from .publish.manifest import build_manifest, manifest_path, write_manifest
+from .publish.manifest import build_manifest, builds_anyway, manifest_path, write_manifest
 from .publish.manifest_read import read_manifest
 from .pack.bfd import OverlongConversation
 from .pack.rows import PackStats
@@ -112,7 +112,7 @@ def make(config: BuildConfig, out_dir: Path, *, force: bool = False, offline: bo
     started = time.perf_counter()
     final = Path(out_dir) / f"{config.name}.parquet"
     remove_stale_spill_folders()  # a killed build's, whether or not this one builds
-    builds = force or not manifest_path(final).exists()
+    builds = builds_anyway(final, force)
     forking = builds and start_early(executor, workers)  # its workers' fork server imports while it pins
     if builds:
         read_versions_early()

@@ -68,9 +68,9 @@ def make(name, out_dir, offline, dataset_dir, tokenizer_dir, workers, batch_size
       databuild make muse-spark-tiny-fixed512-v1 --force   # rebuild, even if up to date
       databuild make configs/slow-template.yaml --render-timeout 600
     """
-    from .build import make as run_make
     from .config import resolve_config
-    from .records.row import NO_SUPERVISED_TOKEN
+    from .executors import start_early
+    from .publish.manifest import builds_anyway
 
     config = _overrides(resolve_config(name), dataset_dir, tokenizer_dir)
     if render_timeout is not None:
@@ -78,6 +78,13 @@ def make(name, out_dir, offline, dataset_dir, tokenizer_dir, workers, batch_size
     if config.task == "preference":
         _make_preference(config, out_dir, force, offline, workers, batch_size, executor, recipe, repin)
         return
+    # Where it will build with encode processes, their fork server starts before the build's own imports
+    # (pyarrow's pandas, the sources' formats: ~0.7 s), so that its imports and the tokenizer's load run
+    # beside them (build.make starts it too, and finds it running).
+    if builds_anyway(out_dir / f"{config.name}.parquet", force):
+        start_early(executor, workers)
+    from .build import make as run_make
+    from .records.row import NO_SUPERVISED_TOKEN
     result = run_make(config, out_dir, force=force, offline=offline, workers=workers, batch_size=batch_size,
                       executor=executor, ray_address=ray_address)
     s = result.data["output"]

@@ -343,6 +343,40 @@ def test_the_fork_server_starts_before_the_pin_where_workers_will_run(executor, 
     assert out.stdout.strip() == str(started), out.stderr
 
 
+CLI_STARTS_EARLY = """
+import sys
+import databuild.executors.fork_server as fork_server
+from databuild.cli import main
+started = fork_server.start_fork_server
+def noted():
+    print("fork server started; build imported:", "databuild.build" in sys.modules, flush=True)
+    return started()
+fork_server.start_fork_server = noted
+main(sys.argv[1:])
+"""
+
+
+@pytest.mark.parametrize("force, started", [(False, True), (True, True), (None, False)])
+def test_databuild_make_starts_the_fork_server_before_the_builds_imports(tmp_path, tiny_build, force, started):
+    """`databuild make` starts the workers' fork server before it imports the build (pyarrow's pandas,
+    the formats), once it knows it builds: no build in --out, or --force; not when a build is there
+    (it may be up to date: make then returns without any worker)."""
+    from conftest import TINY
+
+    out = tmp_path / "out"
+    if force is None or force:  # a build there already
+        out.mkdir()
+        for built in (tiny_build.parquet, tiny_build.manifest):
+            (out / built.name).write_bytes(built.read_bytes())
+    done = subprocess.run([sys.executable, "-c", CLI_STARTS_EARLY, "make", TINY, "--offline", "--out", str(out)]
+                          + ["--force"] * bool(force), capture_output=True, text=True,
+                          env={**os.environ, "DATABUILD_CORES": "8"})
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert ("fork server started; build imported: False" in lines) == started, done.stdout
+    assert "built: " in done.stdout if started else "up to date" in done.stdout
+
+
 LOADED_ELSEWHERE = """
 import sys, tempfile
 from pathlib import Path

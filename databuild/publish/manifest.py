@@ -31,6 +31,12 @@ def manifest_path(parquet: Path) -> Path:
     return parquet.with_name(parquet.name.removesuffix(".parquet") + ".manifest.json")
 
 
+def builds_anyway(parquet: Path, force: bool) -> bool:
+    """Whether make builds `parquet` without comparing a build there first: --force, or no build there. What
+    it knows before pinning its inputs, and so when it can start its encode processes' fork server."""
+    return force or not manifest_path(parquet).exists()
+
+
 def dumps(manifest: dict[str, Any]) -> str:
     return json.dumps(manifest, indent=2, sort_keys=False, ensure_ascii=False) + "\n"
 
