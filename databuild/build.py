@@ -46,6 +46,7 @@ from .records.problems import OVERLONG, BadConversation, Problem, bad_conversati
 from .sources.mixture import counting_by_source
 from .sources.spill_folder import remove_stale_spill_folders
 from .utils.files import file_sha256
+from .utils.early import import_pandas_early
 from .utils.versions import read_versions_early
 from .shortfall import ran_out
 from .rowfile.write import WRITER_OPTIONS, partial_path, partials, publish, rows_per_group, write_rows
@@ -115,6 +116,7 @@ def make(config: BuildConfig, out_dir: Path, *, force: bool = False, offline: bo
     builds = builds_anyway(final, force)
     forking = builds and start_early(executor, workers)  # its workers' fork server imports while it pins
     if builds:
+        import_pandas_early()
         read_versions_early()
     # Where it builds, the source pass runs while the tokenizer loads (prepare.pin, wait=False), in a child
     # of the fork server where there is one (executors/loader.py); the local workers start meanwhile and

@@ -377,6 +377,17 @@ def test_databuild_make_starts_the_fork_server_before_the_builds_imports(tmp_pat
     assert "built: " in done.stdout if started else "up to date" in done.stdout
 
 
+def test_no_module_a_build_imports_makes_an_arrow_array_at_import():
+    """pyarrow imports pandas (~0.3 s) at its first array built from Python objects. No module of the
+    command's or the build's makes one at import, so that a build does that import on a thread of its own
+    while its source hashes (utils/early.py), not in its process's start."""
+    from conftest import REPO
+
+    out = subprocess.run([sys.executable, "-c", "import sys, databuild.cli, databuild.build, databuild.cli_make; "
+                          "print('pandas' in sys.modules)"], cwd=REPO, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False"], out.stderr
+
+
 LOADED_ELSEWHERE = """
 import sys, tempfile
 from pathlib import Path

@@ -10,6 +10,7 @@ before anything is rendered.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import Counter
 from typing import TYPE_CHECKING, Any
@@ -101,7 +102,7 @@ class _Items:
         flat = pc.list_flatten(messages)
         self.role_text = pc.struct_field(flat, "role")
         self.contents = pc.struct_field(flat, "content")
-        self.roles = int32_values(pc.index_in(self.role_text, value_set=_ROLE_SET), -1)
+        self.roles = int32_values(pc.index_in(self.role_text, value_set=_role_set()), -1)
         fields = pc.struct_field(flat, "fields")
         self.with_fields = present(fields)  # only messages beyond role and content cost Python
         self.fields = [json.loads(text) for text in fields.take(pa.array(self.with_fields)).to_pylist()] if len(
@@ -113,7 +114,12 @@ class _Items:
         return row, int(item - self.starts[row])
 
 
-_ROLE_SET = pa.array(ROLES, pa.string())
+@functools.cache
+def _role_set() -> pa.Array:
+    """ROLES as an array, built at first use (sharegpt._role_arrays says why)."""
+    return pa.array(ROLES, pa.string())
+
+
 _ASSISTANT, _TOOL = ROLES.index("assistant"), ROLES.index("tool")
 
 

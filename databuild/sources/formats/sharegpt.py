@@ -11,6 +11,7 @@ system message. Any other value is refused, naming it, rather than passed to the
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, replace
 
@@ -28,9 +29,15 @@ ROLE_OF = {"human": "user", "user": "user", "User": "user",
            "bing": "assistant", "bard": "assistant",
            "system": "system", "developer": "developer",
            "function_call": "assistant", "observation": "tool", "tool": "tool"}
-FROM_VALUES = pa.array(list(ROLE_OF))
-ROLES = pa.array(list(ROLE_OF.values()))
 CALL_KEYS = ("name", "arguments")
+
+
+@functools.cache
+def _role_arrays() -> tuple[pa.Array, pa.Array]:
+    """ROLE_OF's keys and values as arrays: built at first use, not at import, since pyarrow's first array
+    from Python objects imports pandas (~0.3 s), which a build does on a thread of its own
+    (utils.early.import_pandas_early)."""
+    return pa.array(list(ROLE_OF)), pa.array(list(ROLE_OF.values()))
 
 
 def function_call(value) -> tuple[list | None, str | None]:
@@ -76,7 +83,8 @@ class ShareGPT(MessageColumn):
         return self.message_struct_problem(schema, self.messages, self.role, self.content)
 
     def record_roles(self, values: pa.Array, offsets: np.ndarray, problems: dict[int, str]) -> pa.Array:
-        roles = ROLES.take(pc.index_in(values, value_set=FROM_VALUES))
+        from_values, roles = _role_arrays()
+        roles = roles.take(pc.index_in(values, value_set=from_values))
         for item in np.flatnonzero(roles.is_null().to_numpy(zero_copy_only=False)):
             row = row_of(offsets, item)
             problems.setdefault(row, f"message {item - offsets[row]}: unknown 'from' value {quoted(values[item].as_py())} "
