@@ -140,10 +140,10 @@ def make(config: BuildConfig, out_dir: Path, *, force: bool = False, offline: bo
         with encoding_on(executor, lambda: pinned.encoder, workers, ray_address) as encode:
             validation, exclude = None, None
             if split is not None:  # first, so that the training build knows the held-out conversations
-                with prepare(split.pinned.config, offline, window, None, split.pinned) as held:
+                with prepare(split.pinned.config, offline, window, None, split.pinned, ahead=encode.ahead) as held:
                     validation = _make(held, validation_final, encode, batch_size, progress, started)
                     exclude = split.rows, split.ids, {key for key, _ in held.spill.keys.values()}
-            with prepare(config, offline, window, spill_prefix, pinned, exclude) as prepared:
+            with prepare(config, offline, window, spill_prefix, pinned, exclude, encode.ahead) as prepared:
                 result = _make(prepared, final, encode, batch_size, progress, started, validation)
         return replace(result, encoding=encode.summary)
 

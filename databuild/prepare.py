@@ -11,11 +11,13 @@ import tempfile
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Iterator
+from itertools import chain
+from typing import Callable, Iterator
 
 from .config import BuildConfig
 from .encode.encoder import Encoder
 from .errors import BuildError
+from .executors.ahead import EncodedAhead
 from .executors.loader import load_in_child, loaded
 from .executors.stream import batch_sizes, batches
 from .inputs.resolve import ResolvedInputs, resolve_inputs
@@ -108,13 +110,22 @@ class Prepared:
         """The stream in permutation order, the conversations dropped up front marked."""
         return marked(self.spill.conversations(), self.dropped_up_front)
 
-    def batches(self, size: int, by_reference: bool, processes: int = 1) -> Iterator[list[Conversation] | SpilledBatch]:
+    def batches(self, size: int, by_reference: bool,
+                processes: int = 1) -> Iterator[list[Conversation] | SpilledBatch | EncodedAhead]:
         """conversations() cut into batches of `size`, the first ones smaller for `processes` encode
         processes (executors.stream.batch_sizes): as references into the spill, read by whoever encodes
-        them (`by_reference`: worker processes), else read here in bulk, the cheaper way for one reader."""
+        them (`by_reference`: worker processes), else read here in bulk, the cheaper way for one reader.
+        Where the pass sent the first bucket ahead, it stands for that bucket's batches, and the rest come
+        in full batches: the processes are busy already."""
+        dropped = self.dropped_up_front
+        if self.spill.ahead is not None:
+            first = range(0, 1)
+            again = EncodedAhead(tuple(self.spill.ahead), min(self.spill.window, self.spill.size), dropped,
+                                 lambda: self.spill.batches(batch_sizes(size, processes), dropped, first))
+            return chain((again,), self.spill.batches(size, dropped, range(1, self.spill.buckets)))
         sizes = batch_sizes(size, processes)
         if by_reference:
-            return self.spill.batches(sizes, self.dropped_up_front)
+            return self.spill.batches(sizes, dropped)
         return batches(self.conversations(), sizes)
 
     def __enter__(self) -> Prepared:
@@ -126,12 +137,14 @@ class Prepared:
 
 def prepare(config: BuildConfig, offline: bool = False, window: int = DEFAULT_WINDOW,
             spill_prefix: int | None = None, pinned: Pinned | None = None,
-            exclude: tuple[set[int], set[str], set[bytes]] | None = None) -> Prepared:
+            exclude: tuple[set[int], set[str], set[bytes]] | None = None,
+            ahead: Callable[[], Callable[[SpilledBatch], Future]] | None = None) -> Prepared:
     """Resolve and check the inputs, load the tokenizer (unless `pinned` has, or is loading it: the pass
     runs meanwhile, and this returns once both are done), and make the first pass over the source: it
     checks every conversation and spills the stream's expected prefix (`spill_prefix` overrides it).
-    Nothing is rendered before this. `exclude`: the validation split's rows, ids and content keys, which
-    this stream drops."""
+    Nothing is rendered before this, but for the first bucket sent `ahead` (executors.Encoding.ahead), whose
+    stream the build starts once this returns. `exclude`: the validation split's rows, ids and content keys,
+    which this stream drops."""
     if preference_sources([spec.format for spec in config.sources]):
         raise BuildError(f"the sources have the preference format {config.sources[0].format!r}: an SFT build "
                          "reads conversations; set task: preference to build chosen/rejected pairs")
@@ -145,7 +158,8 @@ def prepare(config: BuildConfig, offline: bool = False, window: int = DEFAULT_WI
         if spill_prefix is None:
             spill_prefix = (placed.size if config.rows is None else  # rows: all reads the whole stream
                             expected_prefix(inputs.source_files, placed, config.rows * config.row_tokens))
-        found = on_bad_conversation(config.on_bad_conversation, spill.check_and_spill(spill_prefix))
+        found = on_bad_conversation(config.on_bad_conversation,
+                                    spill.check_and_spill(spill_prefix, ahead and ahead()))
         malformed = {bad.index: bad for bad in found}
         files = list(inputs.source_files)
         held_out = held_out_conversations(spill.keys, *exclude, files) if exclude else {}

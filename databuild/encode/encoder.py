@@ -145,7 +145,7 @@ class Encoder:
         out = []
         for conversation, item, encoding in zip(batch, rendered, encodings):
             if isinstance(item, Problem):
-                out.append(_unbuildable(conversation, item))
+                out.append(unbuildable(conversation, item))
                 continue
             samples, turns_out, samples_out = item.chosen
             encodings_of = [encoding] if _own_render(samples, item) else encoding if isinstance(encoding, list) \
@@ -187,7 +187,7 @@ def _own_render(samples, item) -> bool:
     return len(samples) == 1 and samples[0].text is item[0]
 
 
-def _unbuildable(conversation: Conversation, problem: Problem) -> TokenizedConversation:
+def unbuildable(conversation: Conversation, problem: Problem) -> TokenizedConversation:
     """No tokens, and the problem with its reason on one line (it goes into the manifest as it is)."""
     empty, one_line = np.zeros(0, dtype=np.int32), problem._replace(reason=problem.reason.replace("\n", " "))
     return TokenizedConversation(conversation.origin, empty, empty.astype(np.int8), one_line)

@@ -1,5 +1,6 @@
 """Who runs the pure encode step (`Encoder.encode_batch`): this machine's processes (`local`, its
-worker processes' lifecycle in `workers`) or Ray actors (`ray`), with the stream helpers they share
+worker processes' lifecycle in `workers`, their fork server in `fork_server`, the stream's first bucket
+encoded while the source is read in `ahead`) or Ray actors (`ray`), with the stream helpers they share
 (`stream`) and the share of the cores between processes and tokenizer threads (`cores`). Each yields
 the tokenized conversations in stream order with a bounded number of batches in flight, so the choice
 changes the speed, never the rows."""
@@ -11,6 +12,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future
+
     from ..encode.encoder import Encoder
     from ..records.conversation import TokenizedConversation
     from ..records.conversation import Conversation
@@ -26,6 +29,9 @@ class Encoding:
     # batches) rather than the conversations (build.Prepared.batches)
     by_reference: bool = False
     processes: int = 1  # encoding at once: the stream's first batches are smaller for them (stream.batch_sizes)
+    # where the source pass sends the stream's first bucket, to be encoded while it reads (executors/ahead.py):
+    # called once a stream, before its pass; None: the encoding starts with the stream (one process, Ray)
+    ahead: Callable[[], Callable[["SpilledBatch"], "Future"]] | None = None
 
     def __call__(self, batches):
         return self.stream(batches)
@@ -72,4 +78,5 @@ def encoding_on(executor: str, encoder: Encoder | Callable[[], Encoder], workers
             summary += (f"; --workers {workers} asked, {processes} run{'s' if processes == 1 else ''}: "
                         f"{most_processes_rule(available_cores())}, as more were slower "
                         f"(bench/README.md, \"Cores\")")
-        yield Encoding(local.stream, summary, by_reference=processes > 1, processes=processes)
+        yield Encoding(local.stream, summary, by_reference=processes > 1, processes=processes,
+                       ahead=local.ahead if processes > 1 else None)

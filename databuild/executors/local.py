@@ -23,6 +23,7 @@ from ..records.conversation import Conversation, TokenizedConversation
 from ..sources.spill_folder import spill_folder, tmpdir_full
 from .cores import threads_per_worker
 from .stream import batches, in_order, overlapped
+from .ahead import EncodedAhead
 from .fork_server import expected_origins, start_resource_tracker, worker_context
 from .workers import encode_in_worker, end_pool, from_columns, ready, start_worker
 
@@ -53,6 +54,7 @@ class LocalEncoding:
         self.ended = self.lifeline = None
         self.written = None  # set once the encoder's file is written (or will not be): the workers wait for it
         self.in_flight: set[Future] = set()  # the stream's batches sent to the workers and not done
+        self.begun = False  # whether a stream's batches (or its first bucket, sent ahead) are being sent
 
     def __enter__(self) -> LocalEncoding:
         if self.workers == 1:
@@ -124,22 +126,52 @@ class LocalEncoding:
                              f"{self.start_failed}") from self.start_failed
         return self._pooled(batches_)
 
-    def _pooled(self, batches_: Iterable[list[Conversation] | SpilledBatch]) -> Iterator[TokenizedConversation]:
+    def ahead(self) -> Callable[[SpilledBatch], Future]:
+        """Where the source pass sends the first bucket of the stream about to start, ahead of it
+        (executors/ahead.py): the workers, as for the stream's own batches."""
+        self._begin()
+        return self._sent_ahead
+
+    def _sent_ahead(self, batch: SpilledBatch) -> Future:
+        """A batch of the first bucket sent to the workers, from a thread of the source pass, which it must
+        never stop: a pool that cannot take it (its workers gone, as when their encoder could not be written)
+        gives a failed future, and the stream says why when it starts (`stream`)."""
+        try:
+            return self._submit(batch)
+        except Exception as exc:
+            failed = Future()
+            failed.set_exception(exc)
+            return failed
+
+    def _begin(self) -> None:
+        """A stream's start (or its first bucket's, sent ahead): a later stream (the training build's, after
+        its validation file's) waits for the batches of the one before to have stopped."""
+        if not self.begun:
+            wait(self.in_flight)
+            self.ended.clear()
+            self.in_flight, self.begun = set(), True
+
+    def _pooled(self, batches_: Iterable[list[Conversation] | SpilledBatch | EncodedAhead]) -> Iterator[TokenizedConversation]:
         """in_order over the pool. Once the build has its rows and closes this (or fails), the batches still in
         flight are of no use: the workers stop them at their next part (`ended`, as end_pool) and take the
-        queued ones without encoding them, leaving their cores to the build's end. A later stream (the
-        training build's, after its validation file's) waits for them to have stopped before it starts."""
-        wait(self.in_flight)
-        self.ended.clear()
-        self.in_flight = set()
+        queued ones without encoding them, leaving their cores to the build's end."""
+        self._begin()
         try:
-            yield from in_order(batches_, self._submit, lambda future: from_columns(future.result()), 2 * self.workers)
+            yield from in_order(batches_, self._submit, self._taken, 2 * self.workers)
         finally:
             self.ended.set()
+            self.begun = False
             for future in list(self.in_flight):
                 future.cancel()
 
-    def _submit(self, batch) -> Future:
+    def _taken(self, item: Future | EncodedAhead) -> Iterable[TokenizedConversation]:
+        if isinstance(item, EncodedAhead):  # sent already, as the source pass took it
+            return item.results(self._submit, self._taken, 2 * self.workers)
+        return from_columns(item.result())
+
+    def _submit(self, batch) -> Future | EncodedAhead:
+        if isinstance(batch, EncodedAhead):
+            return batch
         future = self.pool.submit(encode_in_worker, batch)
         self.in_flight.add(future)
         future.add_done_callback(self.in_flight.discard)

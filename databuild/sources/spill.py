@@ -13,6 +13,12 @@ only the prefix of the stream the build is expected to read (`expected_prefix`, 
 recipe may read a few percent of its source; a stream that goes past it gets another pass, which
 spills as far again (the spilled prefix doubles). The stream is the same whatever the prefix, the
 window, the number of passes or the order files finish in.
+
+Given where to send them (`check_and_spill(ahead=...)`: the encode processes), the first pass also
+writes the first bucket's rows, as a part takes them, to files of their own and sends each as a batch
+to be encoded ahead of the stream (executors/ahead.py puts them back in stream order), so that the
+encoding starts while the source is read rather than once the whole pass has ended: the first bucket
+holds rows of every part of the source.
 Reading the buckets back (what a worker process needs of the spill) is spilled.py's.
 """
 
@@ -20,10 +26,10 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
-from concurrent.futures import ThreadPoolExecutor
-from itertools import repeat
+from concurrent.futures import Future, ThreadPoolExecutor
+from itertools import count as numbered, repeat
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -82,16 +88,20 @@ class Spill:
         # each row the stream holds, malformed ones left out
         self.with_keys = keys
         self.keys: dict[int, tuple[bytes, str]] = {}
+        self.ahead: list[Future] | None = None  # the first bucket's batches sent ahead, when they were
 
     def counts_of(self, files: Iterable[SourceFile]) -> dict[str, int]:
         """RECORD_COUNTS over `files` (a source's), by name."""
         total = sum((self.record_counts.get(f.first_index, 0) for f in files), np.zeros(len(RECORD_COUNTS), np.int64))
         return dict(zip(RECORD_COUNTS, total.tolist()))
 
-    def check_and_spill(self, prefix: int) -> list[BadConversation]:
+    def check_and_spill(self, prefix: int, ahead: Callable[[SpilledBatch], Future] | None = None) -> list[BadConversation]:
         """The first pass: every malformed row the stream holds (in source order); positions up to
-        `prefix`, rounded up to whole buckets, spilled."""
-        return self._pass(prefix, check=True)
+        `prefix`, rounded up to whole buckets, spilled. With `ahead`, the first bucket's rows are also
+        sent to it in batches as the pass takes them (in no set order), their futures kept in `ahead`."""
+        if ahead is not None:
+            self.ahead = []
+        return self._pass(prefix, check=True, ahead=ahead)
 
     def conversations(self) -> Iterator[Conversation]:
         """The whole stream in permutation order, spilling further ranges as it gets there; it can
@@ -99,13 +109,15 @@ class Spill:
         for path in self._buckets():
             yield from read_bucket(path)
 
-    def batches(self, size: int | Iterable[int], malformed: dict[int, BadConversation]) -> Iterator[SpilledBatch]:
+    def batches(self, size: int | Iterable[int], malformed: dict[int, BadConversation],
+                buckets: range | None = None) -> Iterator[SpilledBatch]:
         """The stream of conversations() cut into batches of `size`, or of the sizes it gives in turn (the
-        last shorter), as references into the bucket files; spills further ranges as it gets there."""
+        last shorter), as references into the bucket files; spills further ranges as it gets there.
+        `buckets`: those buckets' part of the stream only (default: from the first to the end)."""
         known_bad = np.fromiter(malformed, dtype=np.int64, count=len(malformed))
         sizes = repeat(size) if isinstance(size, int) else iter(size)
         pieces, count, size = [], 0, next(sizes)
-        for path in self._buckets():
+        for path in self._buckets(buckets):
             table = open_bucket(path).select(["position", "index"])
             order = np.argsort(table.column("position").to_numpy(), kind="stable")
             indices = table.column("index").to_numpy()[order]
@@ -120,9 +132,14 @@ class Spill:
         if pieces:
             yield spilled_batch(pieces, malformed, known_bad)
 
-    def _buckets(self) -> Iterator[Path]:
-        """The bucket files in stream order, each spilled (by another pass) before it is given."""
-        for bucket in range(-(-self.size // self.window)):
+    @property
+    def buckets(self) -> int:
+        return -(-self.size // self.window)
+
+    def _buckets(self, buckets: range | None = None) -> Iterator[Path]:
+        """The bucket files in stream order (of `buckets`: all by default), each spilled (by another pass)
+        before it is given."""
+        for bucket in range(self.buckets) if buckets is None else buckets:
             if bucket * self.window >= self.spilled:
                 self._pass(max(2 * self.spilled, self.window), check=False)
             yield self._path(bucket)
@@ -130,16 +147,32 @@ class Spill:
     def _path(self, bucket: int) -> Path:
         return self.directory / f"bucket-{bucket:06d}.arrow"
 
-    def _pass(self, stop: int, check: bool) -> list[BadConversation]:
+    def _pass(self, stop: int, check: bool, ahead: Callable[[SpilledBatch], Future] | None = None) -> list[BadConversation]:
         # Whole buckets per pass, so that no bucket file is written by two passes.
         start, stop = self.spilled, min(self.size, -(-stop // self.window) * self.window)
         writers: dict[int, pa.ipc.RecordBatchFileWriter] = {}
         locks: defaultdict[int, threading.Lock] = defaultdict(threading.Lock)  # one per bucket file
-        lock = threading.Lock()  # for `writers`, `locks`, the counts and the bar
+        lock = threading.Lock()  # for `writers`, `locks`, the counts, the bar and `ahead`
         stopping = threading.Event()
+        ahead_files = numbered()
 
-        def write(pending: list[tuple[pa.RecordBatch, np.ndarray, np.ndarray]]) -> None:
-            """Taken rows (with their positions and source rows) to their bucket files: one write a bucket."""
+        def send_ahead(rows: pa.RecordBatch, bad: dict[int, BadConversation]) -> None:
+            """The first bucket's `rows` of a write, to a file of their own, sent to be encoded (`bad`: the
+            part's malformed rows so far, which include these rows' own)."""
+            with lock:
+                path = self.directory / f"ahead-{next(ahead_files):06d}.arrow"
+            with pa.ipc.new_file(path, rows.schema) as writer:
+                writer.write_batch(rows)
+            indices = rows.column("index").to_numpy()
+            malformed = {int(i): bad[int(i)] for i in indices if int(i) in bad} if bad else {}
+            future = ahead(SpilledBatch(((path, np.arange(rows.num_rows)),), malformed))
+            with lock:
+                self.ahead.append(future)
+
+        def write(pending: list[tuple[pa.RecordBatch, np.ndarray, np.ndarray]],
+                  bad: dict[int, BadConversation]) -> None:
+            """Taken rows (with their positions and source rows) to their bucket files: one write a bucket;
+            with `ahead`, the first bucket's also sent ahead."""
             if not pending or stopping.is_set():  # the pass failed or was stopped: its folder is about to go
                 return
             positions = np.concatenate([p for _, p, _ in pending])
@@ -152,6 +185,8 @@ class Spill:
                 names=COLUMNS + ["position", "index"]).take(pa.array(order))
             buckets = buckets[order]
             cuts = np.flatnonzero(np.diff(buckets)) + 1
+            if ahead is not None and buckets[0] == 0:
+                send_ahead(grouped.slice(0, int(cuts[0]) if len(cuts) else len(buckets)), bad)
             for low, high in zip(np.concatenate([[0], cuts]).tolist(), np.concatenate([cuts, [len(buckets)]]).tolist()):
                 bucket = int(buckets[low])
                 with lock:
@@ -164,6 +199,7 @@ class Spill:
         def one_part(part: tuple[SourceFile, range]) -> list[BadConversation]:
             file, groups = part
             found: list[BadConversation] = []
+            bad_rows: dict[int, BadConversation] = {}  # found, by row: the ones a batch sent ahead marks
             counts = np.zeros(len(RECORD_COUNTS), np.int64)
             keys: dict[int, tuple[bytes, str]] = {}
             pending: list[tuple[pa.RecordBatch, np.ndarray, np.ndarray]] = []  # taken, not yet written
@@ -176,6 +212,8 @@ class Spill:
                     bad, per_row = check_batch(file, offset, batch, refused, dropped)
                     copies = np.bincount(held, minlength=batch.num_rows)  # of each row in the stream
                     found += [b for b in bad if copies[b.index - offset]]
+                    if ahead is not None:
+                        bad_rows.update((b.index, b) for b in bad)
                     copies[[b.index - offset for b in bad]] = 0
                     counts += (per_row * copies[:, None]).sum(axis=0)
                     if self.with_keys:
@@ -191,9 +229,9 @@ class Spill:
                 pending.append((batch.take(pa.array(rows)), positions[wanted], rows + offset))
                 waiting += len(rows)
                 if waiting >= SPILL_ROWS:
-                    write(pending)
+                    write(pending, bad_rows)
                     pending, waiting = [], 0
-            write(pending)
+            write(pending, bad_rows)
             if check:
                 with lock:  # a file's parts add up to its counts
                     self.record_counts[file.first_index] = self.record_counts.get(file.first_index, 0) + counts

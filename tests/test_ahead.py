@@ -1,0 +1,125 @@
+"""The stream's first bucket encoded while the source is read (executors/ahead.py): sent by the source pass
+as it takes the rows, given back in stream order, the same rows as a build without it; where what was sent
+ahead cannot stand for the bucket, the bucket is encoded again, and the build is the one it would have been."""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import Future
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import write_config
+from databuild.build import make
+from databuild.config import load_config
+from databuild.executors import ahead as ahead_module
+from databuild.executors.ahead import EncodedAhead
+from databuild.records.conversation import TokenizedConversation
+from databuild.records.origin import Origin
+from databuild.records.problems import DUPLICATE, BadConversation, Problem
+from databuild.sources.spill import Spill
+from source_folders import OK_ROWS, write_chat_source
+from test_render_limit import endless_tokenizer
+
+
+@pytest.fixture
+def noted(monkeypatch):
+    """What each build's first pass sent ahead (None: nothing, one process), and how often a first bucket
+    was encoded again: the pass and the stream as they run, watched, not replaced."""
+    seen = {"sent": [], "again": 0}
+    check_and_spill, in_order = Spill.check_and_spill, ahead_module.in_order
+
+    def sending(self, prefix, ahead=None):
+        found = check_and_spill(self, prefix, ahead)
+        seen["sent"].append(None if self.ahead is None else len(self.ahead))  # sent by the pass's end
+        return found
+
+    def again(*args):
+        seen["again"] += 1
+        return in_order(*args)
+
+    monkeypatch.setattr(Spill, "check_and_spill", sending)
+    monkeypatch.setattr(ahead_module, "in_order", again)
+    return seen
+
+
+@pytest.mark.parametrize("window", [16, 8192])  # several buckets; the whole stream in the first
+def test_with_workers_the_first_bucket_is_sent_during_the_pass_and_the_rows_are_the_same(
+        tmp_path, tiny_config, tiny_build, sixteen_cores, noted, window):
+    result = make(tiny_config, tmp_path / "out", workers=2, batch_size=5, window=window, progress=False)
+    assert noted["sent"][0] > 1 and noted["again"] == 0, noted
+    assert result.parquet.read_bytes() == tiny_build.parquet.read_bytes()
+    assert result.manifest.read_bytes() == tiny_build.manifest.read_bytes()
+
+
+def test_one_process_sends_nothing_ahead(tmp_path, tiny_config, tiny_build, noted):
+    result = make(tiny_config, tmp_path / "out", workers=1, progress=False)
+    assert noted["sent"] == [None]
+    assert result.parquet.read_bytes() == tiny_build.parquet.read_bytes()
+
+
+def test_a_conversation_sent_ahead_that_the_stream_never_reaches_changes_nothing(tmp_path, sixteen_cores, noted):
+    """The conversations the stream does not reach, sent ahead anyway, never end their render: the batches
+    holding them raise (render_timeout), the bucket is encoded again as the stream goes, and the build is
+    the one without them; as with one process, whose stream never renders them either."""
+    source = {"dir": str(write_chat_source(tmp_path, OK_ROWS))}
+    plain = make(load_config(write_config(tmp_path / "plain.yaml", source=source, rows=3)), tmp_path / "plain",
+                 workers=1, batch_size=1, progress=False)
+    reached = {i for ids in pq.read_table(plain.parquet).column("conversation_ids").to_pylist() for i in ids}
+    unreached = [name.removeprefix("ok-") for name, _ in OK_ROWS if name not in reached]
+    assert len(unreached) > 20, reached
+    when = f'message.content.split(" ")[1] in {json.dumps(unreached)}'
+    config = write_config(tmp_path / "c.yaml", source=source, rows=3, render_timeout=1,
+                          tokenizer=endless_tokenizer(tmp_path, when))
+    result = make(load_config(config), tmp_path / "out", workers=2, batch_size=1, progress=False)
+    assert noted["sent"][-1] >= 1 and noted["again"] == 1, noted
+    assert result.data["output"]["rows_sha256"] == plain.data["output"]["rows_sha256"]
+
+
+def tokenized(position: int, index: int, tokens: int = 2, part: int = 0, parts: int = 1) -> TokenizedConversation:
+    return TokenizedConversation(Origin(position, index, f"id-{index}", "org/src"), np.arange(tokens, dtype=np.int32),
+                                 np.ones(tokens, dtype=np.int8), part=part, parts=parts)
+
+
+def done(value=None, error: BaseException | None = None) -> Future:
+    future = Future()
+    future.set_result(value) if error is None else future.set_exception(error)
+    return future
+
+
+def results(ahead: EncodedAhead, again_results=()) -> list:
+    """`ahead`'s results, the bucket's batches encoded again being `again_results` (one list a batch)."""
+    sent = []
+
+    def submit(batch):
+        sent.append(batch)
+        return done(again_results[len(sent) - 1])
+
+    return [(r.origin.position, r.part, r.problem and r.problem.kind) for r in
+            ahead.results(submit, lambda future: future.result(), 4)], len(sent)
+
+
+def test_what_was_sent_ahead_comes_back_in_stream_order_the_dropped_marked():
+    """Batches in the order the pass's threads took their rows; an expanded conversation's samples stay
+    together and in order; a conversation dropped once the pass had seen the whole source (a duplicate)
+    comes back marked as the stream marks it, its tokens not given."""
+    batches = (done([tokenized(2, 20), tokenized(0, 7, part=0, parts=2), tokenized(0, 7, part=1, parts=2)]),
+               done([tokenized(3, 5), tokenized(1, 11, tokens=5)]))
+    duplicate = BadConversation(11, "data/train.parquet", 11, "id-11", Problem(DUPLICATE, "the same as row 3\nof the source"))
+    ahead = EncodedAhead(batches, 4, {11: duplicate}, lambda: pytest.fail("encoded again"))
+    assert results(ahead) == ([(0, 0, None), (0, 1, None), (1, 0, DUPLICATE), (2, 0, None), (3, 0, None)], 0)
+    marked = list(ahead.results(None, lambda future: future.result(), 4))[2]
+    assert (len(marked.input_ids), marked.input_ids.dtype, marked.loss_mask.dtype) == (0, np.int32, np.int8)
+    assert marked.problem.reason == "the same as row 3 of the source"  # on one line, as the encoder gives it
+
+
+@pytest.mark.parametrize("batches", [
+    (done([tokenized(1, 1)]), done(error=RuntimeError("a worker's render raised"))),  # a batch raised
+    (done([tokenized(1, 1)]), done([])),  # a position missing: a batch stopped by an earlier stream's end
+])
+def test_what_cannot_stand_for_the_bucket_is_encoded_again(batches):
+    again = [[tokenized(0, 0)], [tokenized(1, 1)]]
+    ahead = EncodedAhead(batches, 2, {}, lambda: ["batch 0", "batch 1"])
+    assert results(ahead, again) == ([(0, 0, None), (1, 0, None)], 2)
