@@ -28,7 +28,7 @@ from .sources.dedup import find_duplicates
 from .sources.holdout import VALIDATION_SUFFIX, held_out_conversations, held_out_rows
 from .sources.mixture import placement
 from .sources.preference import preference_sources
-from .sources.spill import Spill, expected_prefix
+from .sources.spill import Spill, expected_prefix, sent_ahead
 from .sources.spill_folder import spill_folder
 from .sources.spilled import SpilledBatch
 
@@ -115,14 +115,14 @@ class Prepared:
         """conversations() cut into batches of `size`, the first ones smaller for `processes` encode
         processes (executors.stream.batch_sizes): as references into the spill, read by whoever encodes
         them (`by_reference`: worker processes), else read here in bulk, the cheaper way for one reader.
-        Where the pass sent the first bucket ahead, it stands for that bucket's batches, and the rest come
-        in full batches: the processes are busy already."""
+        Where the pass sent the stream's first positions ahead, they stand for those positions' batches, and
+        the rest come in full batches: the processes are busy already."""
         dropped = self.dropped_up_front
         if self.spill.ahead is not None:
-            first = range(0, 1)
-            again = EncodedAhead(tuple(self.spill.ahead), min(self.spill.window, self.spill.size), dropped,
-                                 lambda: self.spill.batches(batch_sizes(size, processes), dropped, first))
-            return chain((again,), self.spill.batches(size, dropped, range(1, self.spill.buckets)))
+            sent = self.spill.ahead_positions
+            again = EncodedAhead(tuple(self.spill.ahead), sent, dropped,
+                                 lambda: self.spill.batches(batch_sizes(size, processes), dropped, 0, sent))
+            return chain((again,), self.spill.batches(size, dropped, sent))
         sizes = batch_sizes(size, processes)
         if by_reference:
             return self.spill.batches(sizes, dropped)
@@ -142,8 +142,8 @@ def prepare(config: BuildConfig, offline: bool = False, window: int = DEFAULT_WI
     """Resolve and check the inputs, load the tokenizer (unless `pinned` has, or is loading it: the pass
     runs meanwhile, and this returns once both are done), and make the first pass over the source: it
     checks every conversation and spills the stream's expected prefix (`spill_prefix` overrides it).
-    Nothing is rendered before this, but for the first bucket sent `ahead` (executors.Encoding.ahead), whose
-    stream the build starts once this returns. `exclude`: the validation split's rows, ids and content keys,
+    Nothing is rendered before this, but for the stream's first positions sent `ahead` (executors.Encoding.ahead),
+    whose stream the build starts once this returns. `exclude`: the validation split's rows, ids and content keys,
     which this stream drops."""
     if preference_sources([spec.format for spec in config.sources]):
         raise BuildError(f"the sources have the preference format {config.sources[0].format!r}: an SFT build "
@@ -158,8 +158,8 @@ def prepare(config: BuildConfig, offline: bool = False, window: int = DEFAULT_WI
         if spill_prefix is None:
             spill_prefix = (placed.size if config.rows is None else  # rows: all reads the whole stream
                             expected_prefix(inputs.source_files, placed, config.rows * config.row_tokens))
-        found = on_bad_conversation(config.on_bad_conversation,
-                                    spill.check_and_spill(spill_prefix, ahead and ahead()))
+        found = on_bad_conversation(config.on_bad_conversation, spill.check_and_spill(
+            spill_prefix, ahead and ahead(), sent_ahead(spill_prefix, exact=config.rows is None)))
         malformed = {bad.index: bad for bad in found}
         files = list(inputs.source_files)
         held_out = held_out_conversations(spill.keys, *exclude, files) if exclude else {}

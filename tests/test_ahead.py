@@ -1,11 +1,13 @@
-"""The stream's first bucket encoded while the source is read (executors/ahead.py): sent by the source pass
-as it takes the rows, given back in stream order, the same rows as a build without it; where what was sent
-ahead cannot stand for the bucket, the bucket is encoded again, and the build is the one it would have been."""
+"""The stream's first positions encoded while the source is read (executors/ahead.py): sent by the source pass
+as it takes the rows, as many as the stream is likely to read, given back in stream order, the same rows as a
+build without it; where what was sent ahead cannot stand for them, they are encoded again, and the build is
+the one it would have been."""
 
 from __future__ import annotations
 
 import json
 from concurrent.futures import Future
+from dataclasses import replace
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -16,23 +18,25 @@ from databuild.build import make
 from databuild.config import load_config
 from databuild.executors import ahead as ahead_module
 from databuild.executors.ahead import EncodedAhead
+from databuild.executors.local import LocalEncoding
 from databuild.records.conversation import TokenizedConversation
 from databuild.records.origin import Origin
 from databuild.records.problems import DUPLICATE, BadConversation, Problem
-from databuild.sources.spill import Spill
+from databuild.sources.spill import AHEAD_BATCH, Spill
+from databuild.sources.spilled import open_bucket
 from source_folders import OK_ROWS, write_chat_source
 from test_render_limit import endless_tokenizer
 
 
 @pytest.fixture
 def noted(monkeypatch):
-    """What each build's first pass sent ahead (None: nothing, one process), and how often a first bucket
-    was encoded again: the pass and the stream as they run, watched, not replaced."""
+    """How many batches each build's first pass sent ahead (None: nothing, one process), and how often the
+    first positions were encoded again: the pass and the stream as they run, watched, not replaced."""
     seen = {"sent": [], "again": 0}
     check_and_spill, in_order = Spill.check_and_spill, ahead_module.in_order
 
-    def sending(self, prefix, ahead=None):
-        found = check_and_spill(self, prefix, ahead)
+    def sending(self, prefix, ahead=None, ahead_positions=0):
+        found = check_and_spill(self, prefix, ahead, ahead_positions)
         seen["sent"].append(None if self.ahead is None else len(self.ahead))  # sent by the pass's end
         return found
 
@@ -46,12 +50,45 @@ def noted(monkeypatch):
 
 
 @pytest.mark.parametrize("window", [16, 8192])  # several buckets; the whole stream in the first
-def test_with_workers_the_first_bucket_is_sent_during_the_pass_and_the_rows_are_the_same(
+def test_with_workers_the_first_positions_are_sent_during_the_pass_and_the_rows_are_the_same(
         tmp_path, tiny_config, tiny_build, sixteen_cores, noted, window):
     result = make(tiny_config, tmp_path / "out", workers=2, batch_size=5, window=window, progress=False)
     assert noted["sent"][0] > 1 and noted["again"] == 0, noted
     assert result.parquet.read_bytes() == tiny_build.parquet.read_bytes()
     assert result.manifest.read_bytes() == tiny_build.manifest.read_bytes()
+
+
+@pytest.fixture
+def sent_positions(monkeypatch):
+    """The stream positions of each batch the pass sends ahead, read from the batch's file as it is sent."""
+    sent = []
+    send = LocalEncoding._sent_ahead
+
+    def recording(self, batch):
+        (path, rows), = batch.pieces
+        sent.append(open_bucket(path).column("position").to_numpy()[rows].tolist())
+        return send(self, batch)
+
+    monkeypatch.setattr(LocalEncoding, "_sent_ahead", recording)
+    return sent
+
+
+@pytest.mark.parametrize("rows", [40, None])  # the tiny config's 40 rows; rows: all
+def test_the_pass_sends_ahead_only_what_the_stream_reads_in_small_batches(
+        tmp_path, tiny_config, sixteen_cores, sent_positions, rows):
+    """Where the stream's length is a guess, the pass sends a share of it ahead (the tiny build reads 76 of
+    its 300 conversations, all in its first bucket, which before went ahead whole); with rows: all the whole
+    first bucket. Each position once, from the first on, in batches of at most AHEAD_BATCH rows; the rows are
+    those of one process, which sends nothing ahead."""
+    config = replace(tiny_config, rows=rows)
+    result = make(config, tmp_path / "out", workers=2, batch_size=5, progress=False)
+    positions = sorted(p for batch in sent_positions for p in batch)
+    read = result.data["counts"]["conversations_read"]
+    assert positions == list(range(len(positions)))
+    assert (0 < len(positions) <= read < 300) if rows else (len(positions) == read == 300)
+    assert max(map(len, sent_positions)) <= AHEAD_BATCH and len(sent_positions) >= len(positions) / AHEAD_BATCH
+    alone = make(config, tmp_path / "alone", workers=1, progress=False)
+    assert result.data["output"]["rows_sha256"] == alone.data["output"]["rows_sha256"]
 
 
 def test_one_process_sends_nothing_ahead(tmp_path, tiny_config, tiny_build, noted):
@@ -61,9 +98,11 @@ def test_one_process_sends_nothing_ahead(tmp_path, tiny_config, tiny_build, note
 
 
 def test_a_conversation_sent_ahead_that_the_stream_never_reaches_changes_nothing(tmp_path, sixteen_cores, noted):
-    """The conversations the stream does not reach, sent ahead anyway, never end their render: the batches
-    holding them raise (render_timeout), the bucket is encoded again as the stream goes, and the build is
-    the one without them; as with one process, whose stream never renders them either."""
+    """The conversations the stream does not reach, sent ahead anyway (a guess of the stream's length far too
+    long: the spilled prefix set to four times the source, so that its share sent ahead is all of it), never
+    end their render: the batches holding them raise (render_timeout), those positions are encoded again as
+    the stream goes, and the build is the one without them; as with one process, whose stream never renders
+    them either."""
     source = {"dir": str(write_chat_source(tmp_path, OK_ROWS))}
     plain = make(load_config(write_config(tmp_path / "plain.yaml", source=source, rows=3)), tmp_path / "plain",
                  workers=1, batch_size=1, progress=False)
@@ -73,7 +112,8 @@ def test_a_conversation_sent_ahead_that_the_stream_never_reaches_changes_nothing
     when = f'message.content.split(" ")[1] in {json.dumps(unreached)}'
     config = write_config(tmp_path / "c.yaml", source=source, rows=3, render_timeout=1,
                           tokenizer=endless_tokenizer(tmp_path, when))
-    result = make(load_config(config), tmp_path / "out", workers=2, batch_size=1, progress=False)
+    result = make(load_config(config), tmp_path / "out", workers=2, batch_size=1, spill_prefix=4 * len(OK_ROWS),
+                  progress=False)
     assert noted["sent"][-1] >= 1 and noted["again"] == 1, noted
     assert result.data["output"]["rows_sha256"] == plain.data["output"]["rows_sha256"]
 
@@ -90,7 +130,7 @@ def done(value=None, error: BaseException | None = None) -> Future:
 
 
 def results(ahead: EncodedAhead, again_results=()) -> list:
-    """`ahead`'s results, the bucket's batches encoded again being `again_results` (one list a batch)."""
+    """`ahead`'s results, the batches encoded again being `again_results` (one list a batch)."""
     sent = []
 
     def submit(batch):
@@ -119,7 +159,7 @@ def test_what_was_sent_ahead_comes_back_in_stream_order_the_dropped_marked():
     (done([tokenized(1, 1)]), done(error=RuntimeError("a worker's render raised"))),  # a batch raised
     (done([tokenized(1, 1)]), done([])),  # a position missing: a batch stopped by an earlier stream's end
 ])
-def test_what_cannot_stand_for_the_bucket_is_encoded_again(batches):
+def test_what_cannot_stand_for_the_positions_is_encoded_again(batches):
     again = [[tokenized(0, 0)], [tokenized(1, 1)]]
     ahead = EncodedAhead(batches, 2, {}, lambda: ["batch 0", "batch 1"])
     assert results(ahead, again) == ([(0, 0, None), (1, 0, None)], 2)

@@ -188,3 +188,16 @@ def test_batches_of_references_read_as_the_stream(small_groups, tmp_path, window
     if size >= 5:  # a reference has a fixed cost of its own (the bucket's path)
         text = sum(len(pickle.dumps(b.read())) for b in batches)
         assert sum(len(pickle.dumps(b)) for b in batches) < text / 10
+
+
+@pytest.mark.parametrize("window, start, stop", [(16, 0, 5), (16, 5, 16), (16, 5, None), (16, 13, 40), (7, 0, None),
+                                                 (64, 30, 30)])
+def test_batches_of_a_range_of_positions_are_that_slice_of_the_stream(small_groups, tmp_path, window, start, stop):
+    """The batches of stream positions [start, stop) (the first positions sent ahead, then the rest of the
+    stream: prepare.Prepared.batches) read back as that slice of the stream, across buckets and passes."""
+    rows = sum(f.rows for f in small_groups)
+    spill = Spill(small_groups, Placement.one_each(np.argsort(np.random.default_rng(7).permutation(rows))), window, tmp_path)
+    malformed = {bad.index: bad for bad in spill.check_and_spill(window)}
+    whole = [c.origin.position for c in spill.conversations()]
+    sliced = [c.origin.position for b in spill.batches(3, malformed, start, stop) for c in b.read()]
+    assert sliced == whole[start:stop] == list(range(start, rows if stop is None else stop))

@@ -1,5 +1,5 @@
 """Who runs the pure encode step (`Encoder.encode_batch`): this machine's processes (`local`, its
-worker processes' lifecycle in `workers`, their fork server in `fork_server`, the stream's first bucket
+worker processes' lifecycle in `workers`, their fork server in `fork_server`, the stream's first positions
 encoded while the source is read in `ahead`) or Ray actors (`ray`), with the stream helpers they share
 (`stream`) and the share of the cores between processes and tokenizer threads (`cores`). Each yields
 the tokenized conversations in stream order with a bounded number of batches in flight, so the choice
@@ -29,7 +29,7 @@ class Encoding:
     # batches) rather than the conversations (build.Prepared.batches)
     by_reference: bool = False
     processes: int = 1  # encoding at once: the stream's first batches are smaller for them (stream.batch_sizes)
-    # where the source pass sends the stream's first bucket, to be encoded while it reads (executors/ahead.py):
+    # where the source pass sends the stream's first positions, to be encoded while it reads (executors/ahead.py):
     # called once a stream, before its pass; None: the encoding starts with the stream (one process, Ray)
     ahead: Callable[[], Callable[["SpilledBatch"], "Future"]] | None = None
 

@@ -54,7 +54,7 @@ class LocalEncoding:
         self.ended = self.lifeline = None
         self.written = None  # set once the encoder's file is written (or will not be): the workers wait for it
         self.in_flight: set[Future] = set()  # the stream's batches sent to the workers and not done
-        self.begun = False  # whether a stream's batches (or its first bucket, sent ahead) are being sent
+        self.begun = False  # whether a stream's batches (or its first positions, sent ahead) are being sent
 
     def __enter__(self) -> LocalEncoding:
         if self.workers == 1:
@@ -127,13 +127,13 @@ class LocalEncoding:
         return self._pooled(batches_)
 
     def ahead(self) -> Callable[[SpilledBatch], Future]:
-        """Where the source pass sends the first bucket of the stream about to start, ahead of it
+        """Where the source pass sends the first positions of the stream about to start, ahead of it
         (executors/ahead.py): the workers, as for the stream's own batches."""
         self._begin()
         return self._sent_ahead
 
     def _sent_ahead(self, batch: SpilledBatch) -> Future:
-        """A batch of the first bucket sent to the workers, from a thread of the source pass, which it must
+        """A batch of the first positions sent to the workers, from a thread of the source pass, which it must
         never stop: a pool that cannot take it (its workers gone, as when their encoder could not be written)
         gives a failed future, and the stream says why when it starts (`stream`)."""
         try:
@@ -144,7 +144,7 @@ class LocalEncoding:
             return failed
 
     def _begin(self) -> None:
-        """A stream's start (or its first bucket's, sent ahead): a later stream (the training build's, after
+        """A stream's start (or its first positions', sent ahead): a later stream (the training build's, after
         its validation file's) waits for the batches of the one before to have stopped."""
         if not self.begun:
             wait(self.in_flight)

@@ -15,10 +15,11 @@ spills as far again (the spilled prefix doubles). The stream is the same whateve
 window, the number of passes or the order files finish in.
 
 Given where to send them (`check_and_spill(ahead=...)`: the encode processes), the first pass also
-writes the first bucket's rows, as a part takes them, to files of their own and sends each as a batch
-to be encoded ahead of the stream (executors/ahead.py puts them back in stream order), so that the
-encoding starts while the source is read rather than once the whole pass has ended: the first bucket
-holds rows of every part of the source.
+writes the rows of the stream's first positions, as a part takes them, to files of their own and sends
+them in batches of at most AHEAD_BATCH rows to be encoded ahead of the stream (executors/ahead.py puts
+them back in stream order), so that the encoding starts while the source is read rather than once the
+whole pass has ended: the first positions hold rows of every part of the source. It sends only as many
+positions as the stream is likely to read (`sent_ahead`), at most a bucket.
 Reading the buckets back (what a worker process needs of the spill) is spilled.py's.
 """
 
@@ -54,6 +55,21 @@ SPILL_ROWS = 8192
 # Message bytes per token the first pass provides for: about twice what BPE tokenizers average
 # on English, code and mixed text (~3-4). Falling short costs a pass, never a different row.
 BYTES_PER_TOKEN_BOUND = 8
+# The share of the expected prefix that the first pass sends ahead where the stream's length is a guess: the
+# prefix provides for 8 bytes a token and text averages 3-4, so a quarter is read unless the text averages
+# under 2 bytes a token; more would be encoded for nothing (the agentic bench job reads 3,138 of a bucket's
+# 8,192 conversations).
+AHEAD_SHARE = 4
+# Rows a batch sent ahead holds at most: a part of a small source takes hundreds of the first positions in
+# one write, which as one batch would keep one process busy while the others wait (the stream's own first
+# batches are as small: executors.stream.batch_sizes).
+AHEAD_BATCH = 32
+
+
+def sent_ahead(prefix: int, exact: bool) -> int:
+    """Stream positions the first pass sends ahead for a spilled `prefix`: all of it where the stream reads
+    it all (`exact`: rows: all), else AHEAD_SHARE's share of the guess (the Spill keeps at most a bucket)."""
+    return prefix if exact else -(-prefix // AHEAD_SHARE)
 
 
 def expected_prefix(files: Iterable[SourceFile], placement: Placement, tokens: int) -> int:
@@ -88,19 +104,23 @@ class Spill:
         # each row the stream holds, malformed ones left out
         self.with_keys = keys
         self.keys: dict[int, tuple[bytes, str]] = {}
-        self.ahead: list[Future] | None = None  # the first bucket's batches sent ahead, when they were
+        self.ahead: list[Future] | None = None  # the batches of the first positions sent ahead, when they were
+        self.ahead_positions = 0  # how many: positions [0, ahead_positions) of the stream
 
     def counts_of(self, files: Iterable[SourceFile]) -> dict[str, int]:
         """RECORD_COUNTS over `files` (a source's), by name."""
         total = sum((self.record_counts.get(f.first_index, 0) for f in files), np.zeros(len(RECORD_COUNTS), np.int64))
         return dict(zip(RECORD_COUNTS, total.tolist()))
 
-    def check_and_spill(self, prefix: int, ahead: Callable[[SpilledBatch], Future] | None = None) -> list[BadConversation]:
+    def check_and_spill(self, prefix: int, ahead: Callable[[SpilledBatch], Future] | None = None,
+                        ahead_positions: int = 0) -> list[BadConversation]:
         """The first pass: every malformed row the stream holds (in source order); positions up to
-        `prefix`, rounded up to whole buckets, spilled. With `ahead`, the first bucket's rows are also
-        sent to it in batches as the pass takes them (in no set order), their futures kept in `ahead`."""
+        `prefix`, rounded up to whole buckets, spilled. With `ahead`, the rows of the stream's first
+        `ahead_positions` positions (at most a bucket) are also sent to it in batches as the pass takes them
+        (in no set order), their futures kept in `ahead`."""
         if ahead is not None:
             self.ahead = []
+            self.ahead_positions = max(1, min(ahead_positions, self.window, self.size))
         return self._pass(prefix, check=True, ahead=ahead)
 
     def conversations(self) -> Iterator[Conversation]:
@@ -110,16 +130,20 @@ class Spill:
             yield from read_bucket(path)
 
     def batches(self, size: int | Iterable[int], malformed: dict[int, BadConversation],
-                buckets: range | None = None) -> Iterator[SpilledBatch]:
+                start: int = 0, stop: int | None = None) -> Iterator[SpilledBatch]:
         """The stream of conversations() cut into batches of `size`, or of the sizes it gives in turn (the
         last shorter), as references into the bucket files; spills further ranges as it gets there.
-        `buckets`: those buckets' part of the stream only (default: from the first to the end)."""
+        `start`, `stop`: those stream positions only (default: the whole stream)."""
         known_bad = np.fromiter(malformed, dtype=np.int64, count=len(malformed))
         sizes = repeat(size) if isinstance(size, int) else iter(size)
         pieces, count, size = [], 0, next(sizes)
-        for path in self._buckets(buckets):
+        stop = self.size if stop is None else min(stop, self.size)
+        first = start // self.window
+        for bucket, path in enumerate(self._buckets(range(first, -(-stop // self.window))), first):
             table = open_bucket(path).select(["position", "index"])
+            # a bucket holds each of its positions once: sorted, the k-th row is position bucket*window + k
             order = np.argsort(table.column("position").to_numpy(), kind="stable")
+            order = order[max(0, start - bucket * self.window):stop - bucket * self.window]
             indices = table.column("index").to_numpy()[order]
             low = 0
             while low < len(order):
@@ -157,17 +181,20 @@ class Spill:
         ahead_files = numbered()
 
         def send_ahead(rows: pa.RecordBatch, bad: dict[int, BadConversation]) -> None:
-            """The first bucket's `rows` of a write, to a file of their own, sent to be encoded (`bad`: the
-            part's malformed rows so far, which include these rows' own)."""
+            """The rows of a write among the first positions, to a file of their own, sent to be encoded in
+            batches of at most AHEAD_BATCH rows (`bad`: the part's malformed rows so far, which include these
+            rows' own)."""
             with lock:
                 path = self.directory / f"ahead-{next(ahead_files):06d}.arrow"
             with pa.ipc.new_file(path, rows.schema) as writer:
                 writer.write_batch(rows)
-            indices = rows.column("index").to_numpy()
-            malformed = {int(i): bad[int(i)] for i in indices if int(i) in bad} if bad else {}
-            future = ahead(SpilledBatch(((path, np.arange(rows.num_rows)),), malformed))
-            with lock:
-                self.ahead.append(future)
+            indices = rows.column("index").to_numpy().tolist()
+            for low in range(0, rows.num_rows, AHEAD_BATCH):
+                high = min(low + AHEAD_BATCH, rows.num_rows)
+                malformed = {i: bad[i] for i in indices[low:high] if i in bad} if bad else {}
+                future = ahead(SpilledBatch(((path, np.arange(low, high)),), malformed))
+                with lock:
+                    self.ahead.append(future)
 
         def write(pending: list[tuple[pa.RecordBatch, np.ndarray, np.ndarray]],
                   bad: dict[int, BadConversation]) -> None:
@@ -186,7 +213,10 @@ class Spill:
             buckets = buckets[order]
             cuts = np.flatnonzero(np.diff(buckets)) + 1
             if ahead is not None and buckets[0] == 0:
-                send_ahead(grouped.slice(0, int(cuts[0]) if len(cuts) else len(buckets)), bad)
+                first = grouped.slice(0, int(cuts[0]) if len(cuts) else len(buckets))
+                early = np.flatnonzero(first.column("position").to_numpy() < self.ahead_positions)
+                if len(early):
+                    send_ahead(first.take(pa.array(early)), bad)
             for low, high in zip(np.concatenate([[0], cuts]).tolist(), np.concatenate([cuts, [len(buckets)]]).tolist()):
                 bucket = int(buckets[low])
                 with lock:
