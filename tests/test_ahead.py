@@ -22,7 +22,7 @@ from databuild.executors.local import LocalEncoding
 from databuild.records.conversation import TokenizedConversation
 from databuild.records.origin import Origin
 from databuild.records.problems import DUPLICATE, BadConversation, Problem
-from databuild.sources.spill import AHEAD_BATCH, Spill
+from databuild.sources.spill import AHEAD_BATCH, AHEAD_BUCKETS, Spill
 from databuild.sources.spilled import open_bucket
 from source_folders import OK_ROWS, write_chat_source
 from test_render_limit import endless_tokenizer
@@ -73,21 +73,25 @@ def sent_positions(monkeypatch):
     return sent
 
 
+@pytest.mark.parametrize("window", [8192, 16])  # the whole stream in the first bucket; several buckets
 @pytest.mark.parametrize("rows", [40, None])  # the tiny config's 40 rows; rows: all
 def test_the_pass_sends_ahead_only_what_the_stream_reads_in_small_batches(
-        tmp_path, tiny_config, sixteen_cores, sent_positions, rows):
+        tmp_path, tiny_config, sixteen_cores, sent_positions, rows, window):
     """Where the stream's length is a guess, the pass sends a share of it ahead (the tiny build reads 76 of
-    its 300 conversations, all in its first bucket, which before went ahead whole); with rows: all the whole
-    first bucket. Each position once, from the first on, in batches of at most AHEAD_BATCH rows; the rows are
-    those of one process, which sends nothing ahead."""
+    its 300 conversations, which before went ahead whole, being its first bucket); with rows: all, the whole
+    stream, up to AHEAD_BUCKETS buckets' worth. Each position once, from the first on, in batches of at most
+    AHEAD_BATCH rows; the rows are those of one process, which sends nothing ahead."""
     config = replace(tiny_config, rows=rows)
-    result = make(config, tmp_path / "out", workers=2, batch_size=5, progress=False)
+    result = make(config, tmp_path / "out", workers=2, batch_size=5, window=window, progress=False)
     positions = sorted(p for batch in sent_positions for p in batch)
     read = result.data["counts"]["conversations_read"]
     assert positions == list(range(len(positions)))
-    assert (0 < len(positions) <= read < 300) if rows else (len(positions) == read == 300)
+    if rows:
+        assert 0 < len(positions) <= read < 300
+    else:
+        assert len(positions) == min(read, AHEAD_BUCKETS * window) and read == 300
     assert max(map(len, sent_positions)) <= AHEAD_BATCH and len(sent_positions) >= len(positions) / AHEAD_BATCH
-    alone = make(config, tmp_path / "alone", workers=1, progress=False)
+    alone = make(config, tmp_path / "alone", workers=1, window=window, progress=False)
     assert result.data["output"]["rows_sha256"] == alone.data["output"]["rows_sha256"]
 
 

@@ -19,7 +19,7 @@ writes the rows of the stream's first positions, as a part takes them, to files 
 them in batches of at most AHEAD_BATCH rows to be encoded ahead of the stream (executors/ahead.py puts
 them back in stream order), so that the encoding starts while the source is read rather than once the
 whole pass has ended: the first positions hold rows of every part of the source. It sends only as many
-positions as the stream is likely to read (`sent_ahead`), at most a bucket.
+positions as the stream is likely to read (`sent_ahead`), at most AHEAD_BUCKETS buckets' worth.
 Reading the buckets back (what a worker process needs of the spill) is spilled.py's.
 """
 
@@ -64,11 +64,16 @@ AHEAD_SHARE = 4
 # one write, which as one batch would keep one process busy while the others wait (the stream's own first
 # batches are as small: executors.stream.batch_sizes).
 AHEAD_BATCH = 32
+# Buckets' worth of positions sent ahead at most: the encode processes take them while the pass reads, on the
+# cores its threads leave idle (they take turns at the interpreter), and the stream holds their results until
+# it reaches them, so their count bounds that memory (~45 MB a bucket of the recipe's conversations).
+AHEAD_BUCKETS = 4
 
 
 def sent_ahead(prefix: int, exact: bool) -> int:
     """Stream positions the first pass sends ahead for a spilled `prefix`: all of it where the stream reads
-    it all (`exact`: rows: all), else AHEAD_SHARE's share of the guess (the Spill keeps at most a bucket)."""
+    it all (`exact`: rows: all), else AHEAD_SHARE's share of the guess (the Spill keeps at most AHEAD_BUCKETS
+    buckets' worth)."""
     return prefix if exact else -(-prefix // AHEAD_SHARE)
 
 
@@ -116,11 +121,11 @@ class Spill:
                         ahead_positions: int = 0) -> list[BadConversation]:
         """The first pass: every malformed row the stream holds (in source order); positions up to
         `prefix`, rounded up to whole buckets, spilled. With `ahead`, the rows of the stream's first
-        `ahead_positions` positions (at most a bucket) are also sent to it in batches as the pass takes them
-        (in no set order), their futures kept in `ahead`."""
+        `ahead_positions` positions (at most AHEAD_BUCKETS buckets' worth, within the prefix) are also sent to it
+        in batches as the pass takes them (in no set order), their futures kept in `ahead`."""
         if ahead is not None:
             self.ahead = []
-            self.ahead_positions = max(1, min(ahead_positions, self.window, self.size))
+            self.ahead_positions = max(1, min(ahead_positions, AHEAD_BUCKETS * self.window, prefix, self.size))
         return self._pass(prefix, check=True, ahead=ahead)
 
     def conversations(self) -> Iterator[Conversation]:
@@ -199,7 +204,7 @@ class Spill:
         def write(pending: list[tuple[pa.RecordBatch, np.ndarray, np.ndarray]],
                   bad: dict[int, BadConversation]) -> None:
             """Taken rows (with their positions and source rows) to their bucket files: one write a bucket;
-            with `ahead`, the first bucket's also sent ahead."""
+            with `ahead`, those of the first positions also sent ahead."""
             if not pending or stopping.is_set():  # the pass failed or was stopped: its folder is about to go
                 return
             positions = np.concatenate([p for _, p, _ in pending])
@@ -212,11 +217,10 @@ class Spill:
                 names=COLUMNS + ["position", "index"]).take(pa.array(order))
             buckets = buckets[order]
             cuts = np.flatnonzero(np.diff(buckets)) + 1
-            if ahead is not None and buckets[0] == 0:
-                first = grouped.slice(0, int(cuts[0]) if len(cuts) else len(buckets))
-                early = np.flatnonzero(first.column("position").to_numpy() < self.ahead_positions)
+            if ahead is not None:
+                early = np.flatnonzero(positions[order] < self.ahead_positions)
                 if len(early):
-                    send_ahead(first.take(pa.array(early)), bad)
+                    send_ahead(grouped.take(pa.array(early)), bad)
             for low, high in zip(np.concatenate([[0], cuts]).tolist(), np.concatenate([cuts, [len(buckets)]]).tolist()):
                 bucket = int(buckets[low])
                 with lock:
