@@ -18,9 +18,11 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import REPO, TINY, TINY_CONFIG, TINY_LOCK, write_config
+import databuild.rowfile.write as write
 from databuild.build import make
 from databuild.cli import main
 from databuild.encode.encoder import Encoder
+from databuild.errors import BuildError
 from databuild.verification import gather, verify
 
 
@@ -77,6 +79,33 @@ def test_disk_full_while_writing(tiny_build, previous, monkeypatch):
     assert re.fullmatch(rf"error: {previous}/{TINY}\.parquet\.\d+-[0-9a-f]{{8}}\.partial: writing the rows failed "
                         r"\(No space left on device\); nothing published", result.output.strip())
     still_the_previous_build(previous, tiny_build)
+
+
+def test_row_groups_queued_for_the_writer_are_written_in_order(tiny_config, tiny_build, tmp_path, monkeypatch):
+    """Ten row groups of four rows, handed to the writer's thread one at a time or up to four waiting: the
+    same file either way, its rows those of the one-group build; a write that fails with groups still
+    queued behind it stops the build and leaves no file under either name."""
+    monkeypatch.setattr(write, "ROW_GROUP_TOKENS", 512 * 4)
+    files = {}
+    for queued in (1, 4):
+        monkeypatch.setattr(write, "GROUPS_QUEUED", queued)
+        grouped = make(tiny_config, tmp_path / f"queued-{queued}", progress=False)
+        assert pq.ParquetFile(grouped.parquet).metadata.num_row_groups == 10
+        assert grouped.data["output"]["rows_sha256"] == tiny_build.data["output"]["rows_sha256"]
+        files[queued] = grouped.parquet.read_bytes()
+    assert files[1] == files[4]
+    written, original = [], pq.ParquetWriter.write_table
+
+    def failing_third(self, table, **kwargs):
+        written.append(table.num_rows)
+        if len(written) == 3:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return original(self, table, **kwargs)
+
+    monkeypatch.setattr(pq.ParquetWriter, "write_table", failing_third)
+    with pytest.raises(BuildError, match="writing the rows failed"):
+        make(tiny_config, tmp_path / "failed", progress=False)
+    assert names(tmp_path / "failed") == [TINY_LOCK] and written == [4, 4, 4]
 
 
 KILLED_MID_WRITE = textwrap.dedent("""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import glob
 import os
 import secrets
+import threading
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -92,6 +93,17 @@ def write_rows(rows: Iterable[Row], partial: Path, row_tokens: int, hasher: Rows
         # Encoding and compressing a row group runs in pyarrow's C++ without the GIL: groups are written in
         # the background while the next are packed, in order, one at a time, up to GROUPS_QUEUED waiting.
         with pq.ParquetWriter(partial, SCHEMA, **WRITER_OPTIONS) as writer, ThreadPoolExecutor(1) as background:
+            failed = threading.Event()
+
+            def write_group(table: pa.Table) -> None:
+                if failed.is_set():  # an earlier group's write failed: the file is given up, that error raised
+                    return
+                try:
+                    writer.write_table(table, row_group_size=group_rows)
+                except BaseException:
+                    failed.set()
+                    raise
+
             group: list[Row] = []
             pending: deque = deque()
             for row in rows:
@@ -103,7 +115,7 @@ def write_rows(rows: Iterable[Row], partial: Path, row_tokens: int, hasher: Rows
                 if len(group) == group_rows:
                     if len(pending) == GROUPS_QUEUED:
                         pending.popleft().result()
-                    pending.append(background.submit(writer.write_table, _table(group), row_group_size=group_rows))
+                    pending.append(background.submit(write_group, _table(group)))
                     group = []
             while pending:
                 pending.popleft().result()
