@@ -72,8 +72,12 @@ def tokenized(encoder, conversation: Conversation, kept: list[Sample], encodings
 
 
 def token_ids(encoding) -> np.ndarray:
-    """The encoding's ids as int32, through a C int array (2.5x faster than np.fromiter over the list)."""
-    return np.frombuffer(array("i", encoding.ids), dtype=np.int32)
+    """The encoding's ids as int32, through a C unsigned int array: tokenizers' ids are unsigned 32-bit,
+    below 2**31 for any vocabulary (verify checks every id against the tokenizer's size, and one of 2**31 or
+    more would read negative), and an unsigned array takes a list of ints 1.7x faster than a signed one,
+    which checks each value's range (18 against 30 us for a 1,100-token conversation here; 2.5x faster than
+    np.fromiter)."""
+    return np.frombuffer(array("I", encoding.ids), dtype=np.int32)
 
 
 def turn_spans(encoder, sample: Sample, encoding, ids: np.ndarray) -> tuple[list[tuple[int, int]], int]:
