@@ -125,7 +125,7 @@ class Spill:
         in batches as the pass takes them (in no set order), their futures kept in `ahead`."""
         if ahead is not None:
             self.ahead = []
-            self.ahead_positions = max(1, min(ahead_positions, AHEAD_BUCKETS * self.window, prefix, self.size))
+            self.ahead_positions = min(ahead_positions, AHEAD_BUCKETS * self.window, prefix, self.size)
         return self._pass(prefix, check=True, ahead=ahead)
 
     def conversations(self) -> Iterator[Conversation]:
