@@ -1,5 +1,5 @@
 """The stream's first positions encoded ahead: while the source pass reads, it sends the rows of the stream's
-first positions (as many as the stream is likely to read, at most a bucket: sources/spill.py, `sent_ahead`)
+first positions (as many as the stream is likely to read, within a bound: sources/spill.py, `sent_ahead`)
 to the encode processes as it takes them (`check_and_spill(ahead=...)`), in whatever order its threads take
 them; once the pass has ended, `EncodedAhead` stands in the stream for those positions and gives their
 conversations back in stream order. Without it the encoding would start only once the whole pass had ended:
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class EncodedAhead:
     """The first positions of a stream ([0, `positions`)), sent ahead as `futures` (each of a worker's
-    columns: workers.to_columns); `again` gives their batches from the bucket file, as the stream
+    columns: workers.to_columns); `again` gives their batches from the bucket files, as the stream
     would cut them, for when the futures cannot stand for it; `dropped`: the conversations dropped up
     front, by source row."""
     futures: tuple[Future, ...]

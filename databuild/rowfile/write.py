@@ -43,9 +43,9 @@ CONVENTION = {
 SCHEMA = pa.schema([pa.field(name, kind) for name, kind in EXPECTED_TYPES.items()], metadata=CONVENTION)
 ROW_GROUP_TOKENS = 1 << 19  # 64 rows of 8,192 tokens: bounded memory, fast row-group streaming
 # Row groups handed to the writer's thread and not yet written, at most: rows come from the encode processes
-# in bursts (a batch's conversations at once), and with one group in flight the packer waited for the writer
-# through each burst (device, 16 cores, 51,200 rows: 7.4 s of a 41.6 s stream). Four groups of 8,192-token
-# rows hold ~10 MB.
+# in bursts (a batch's conversations at once), and with one group in flight the packer of a 16-core build
+# waited 7.4 s of a 41.6 s stream for the writer (device, 51,200 rows, bench/README "Sixth round"); a queue
+# lets it pack through a burst. Four groups of 8,192-token rows hold ~10 MB.
 GROUPS_QUEUED = 4
 WRITER_OPTIONS = dict(compression="zstd", compression_level=3, use_dictionary=False,
                       write_statistics=True, data_page_version="1.0")
