@@ -28,7 +28,7 @@ from .sources.dedup import find_duplicates
 from .sources.holdout import VALIDATION_SUFFIX, held_out_conversations, held_out_rows
 from .sources.mixture import placement
 from .sources.preference import preference_sources
-from .sources.spill import Spill, expected_prefix, sent_ahead
+from .sources.spill import Spill, expected_prefix
 from .sources.spill_folder import spill_folder
 from .sources.spilled import SpilledBatch
 
@@ -159,7 +159,7 @@ def prepare(config: BuildConfig, offline: bool = False, window: int = DEFAULT_WI
             spill_prefix = (placed.size if config.rows is None else  # rows: all reads the whole stream
                             expected_prefix(inputs.source_files, placed, config.rows * config.row_tokens))
         found = on_bad_conversation(config.on_bad_conversation, spill.check_and_spill(
-            spill_prefix, ahead and ahead(), sent_ahead(spill_prefix, exact=config.rows is None)))
+            spill_prefix, ahead and ahead(), exact=config.rows is None))
         malformed = {bad.index: bad for bad in found}
         files = list(inputs.source_files)
         held_out = held_out_conversations(spill.keys, *exclude, files) if exclude else {}

@@ -35,8 +35,8 @@ def noted(monkeypatch):
     seen = {"sent": [], "again": 0}
     check_and_spill, in_order = Spill.check_and_spill, ahead_module.in_order
 
-    def sending(self, prefix, ahead=None, ahead_positions=0):
-        found = check_and_spill(self, prefix, ahead, ahead_positions)
+    def sending(self, prefix, ahead=None, exact=False):
+        found = check_and_spill(self, prefix, ahead, exact)
         seen["sent"].append(None if self.ahead is None else len(self.ahead))  # sent by the pass's end
         return found
 

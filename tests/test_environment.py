@@ -180,8 +180,8 @@ def test_a_source_changed_or_deleted_while_the_build_reads_it_is_refused(tiny_bu
     if what == "rewritten":
         check_and_spill = Spill.check_and_spill
 
-        def read_then_changed(self, *args):
-            found = check_and_spill(self, *args)
+        def read_then_changed(self, *args, **kwargs):
+            found = check_and_spill(self, *args, **kwargs)
             change()
             return found
 

@@ -163,6 +163,11 @@ def test_parts_are_whole_row_groups_in_source_order(small_groups):
     assert len(_parts(small_groups, 1000)) == len(every)  # at most a part per group
 
 
+def permuted(files, rows: int, window: int, directory) -> Spill:
+    """A spill of `files` (`rows` rows) in a seeded random order."""
+    return Spill(files, Placement.one_each(np.argsort(np.random.default_rng(7).permutation(rows))), window, directory)
+
+
 @pytest.mark.parametrize("window, prefix, size", [(7, 0, 5), (7, 300, 7), (16, 20, 300), (64, 100, 1)])
 def test_batches_of_references_read_as_the_stream(small_groups, tmp_path, window, prefix, size):
     """What a local worker is sent (a batch naming rows of the bucket files) reads back as the stream's
@@ -173,7 +178,7 @@ def test_batches_of_references_read_as_the_stream(small_groups, tmp_path, window
     from databuild.records.problems import marked
 
     rows = sum(f.rows for f in small_groups)
-    spill = Spill(small_groups, Placement.one_each(np.argsort(np.random.default_rng(7).permutation(rows))), window, tmp_path)
+    spill = permuted(small_groups, rows, window, tmp_path)
     malformed = {bad.index: bad for bad in spill.check_and_spill(prefix)}
     batches = list(spill.batches(size, malformed))
     assert [len(b) for b in batches] == [size] * (rows // size) + ([rows % size] if rows % size else [])
@@ -196,7 +201,7 @@ def test_batches_of_a_range_of_positions_are_that_slice_of_the_stream(small_grou
     """The batches of stream positions [start, stop) (the first positions sent ahead, then the rest of the
     stream: prepare.Prepared.batches) read back as that slice of the stream, across buckets and passes."""
     rows = sum(f.rows for f in small_groups)
-    spill = Spill(small_groups, Placement.one_each(np.argsort(np.random.default_rng(7).permutation(rows))), window, tmp_path)
+    spill = permuted(small_groups, rows, window, tmp_path)
     malformed = {bad.index: bad for bad in spill.check_and_spill(window)}
     whole = [c.origin.position for c in spill.conversations()]
     sliced = [c.origin.position for b in spill.batches(3, malformed, start, stop) for c in b.read()]

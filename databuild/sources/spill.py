@@ -70,11 +70,11 @@ AHEAD_BATCH = 32
 AHEAD_BUCKETS = 4
 
 
-def sent_ahead(prefix: int, exact: bool) -> int:
+def sent_ahead(prefix: int, exact: bool, window: int) -> int:
     """Stream positions the first pass sends ahead for a spilled `prefix`: all of it where the stream reads
-    it all (`exact`: rows: all), else AHEAD_SHARE's share of the guess (the Spill keeps at most AHEAD_BUCKETS
-    buckets' worth)."""
-    return prefix if exact else -(-prefix // AHEAD_SHARE)
+    it all (`exact`: rows: all), else AHEAD_SHARE's share of the guess; at most AHEAD_BUCKETS buckets of
+    `window` positions."""
+    return min(prefix if exact else -(-prefix // AHEAD_SHARE), AHEAD_BUCKETS * window)
 
 
 def expected_prefix(files: Iterable[SourceFile], placement: Placement, tokens: int) -> int:
@@ -118,14 +118,14 @@ class Spill:
         return dict(zip(RECORD_COUNTS, total.tolist()))
 
     def check_and_spill(self, prefix: int, ahead: Callable[[SpilledBatch], Future] | None = None,
-                        ahead_positions: int = 0) -> list[BadConversation]:
+                        exact: bool = False) -> list[BadConversation]:
         """The first pass: every malformed row the stream holds (in source order); positions up to
         `prefix`, rounded up to whole buckets, spilled. With `ahead`, the rows of the stream's first
-        `ahead_positions` positions (at most AHEAD_BUCKETS buckets' worth, within the prefix) are also sent to it
-        in batches as the pass takes them (in no set order), their futures kept in `ahead`."""
+        positions (`sent_ahead`; `exact`: the stream reads the whole prefix) are also sent to it in batches
+        as the pass takes them (in no set order), their futures kept in `ahead`."""
         if ahead is not None:
             self.ahead = []
-            self.ahead_positions = min(ahead_positions, AHEAD_BUCKETS * self.window, prefix, self.size)
+            self.ahead_positions = min(sent_ahead(prefix, exact, self.window), self.size)
         return self._pass(prefix, check=True, ahead=ahead)
 
     def conversations(self) -> Iterator[Conversation]:
