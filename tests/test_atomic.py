@@ -4,6 +4,7 @@ under the final names; a rerun then writes identical bytes."""
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import re
 import shutil
@@ -83,8 +84,9 @@ def test_disk_full_while_writing(tiny_build, previous, monkeypatch):
 
 def test_row_groups_queued_for_the_writer_are_written_in_order(tiny_config, tiny_build, tmp_path, monkeypatch):
     """Ten row groups of four rows, handed to the writer's thread one at a time or up to four waiting: the
-    same file either way, its rows those of the one-group build; a write that fails with groups still
-    queued behind it stops the build and leaves no file under either name."""
+    same file either way, its rows those of the one-group build, its parquet_sha256 (hashed as the groups
+    are written) that of the file's bytes; a write that fails with groups still queued behind it stops the
+    build and leaves no file under either name."""
     monkeypatch.setattr(write, "ROW_GROUP_TOKENS", 512 * 4)
     files = {}
     for queued in (1, 4):
@@ -93,6 +95,8 @@ def test_row_groups_queued_for_the_writer_are_written_in_order(tiny_config, tiny
         assert pq.ParquetFile(grouped.parquet).metadata.num_row_groups == 10
         assert grouped.data["output"]["rows_sha256"] == tiny_build.data["output"]["rows_sha256"]
         files[queued] = grouped.parquet.read_bytes()
+        assert (grouped.data["output"]["parquet_sha256"], grouped.data["output"]["parquet_bytes"]) == (
+            hashlib.sha256(files[queued]).hexdigest(), len(files[queued]))
     assert files[1] == files[4]
     written, original = [], pq.ParquetWriter.write_table
 

@@ -64,10 +64,12 @@ AHEAD_SHARE = 4
 # one write, which as one batch would keep one process busy while the others wait (the stream's own first
 # batches are as small: executors.stream.batch_sizes).
 AHEAD_BATCH = 32
-# Buckets' worth of positions sent ahead at most: the encode processes take them while the pass reads, on the
-# cores its threads leave idle (they take turns at the interpreter), and the stream holds their results until
-# it reaches them, so their count bounds that memory (~45 MB a bucket of the recipe's conversations).
-AHEAD_BUCKETS = 4
+# Buckets' worth of positions sent ahead at most: the stream holds their results until it reaches them (~45 MB
+# a bucket of the recipe's conversations). One, measured: the pass's threads keep ~13 of 16 cores busy, so the
+# encode processes have little to take during it, and four buckets' worth (~25,000 of the recipe's 46,620
+# conversations) made the 16-core job slower, 11.3-13.4 s against 9.6-10.8 s with one (bench/README, "Eighth
+# round").
+AHEAD_BUCKETS = 1
 
 
 def sent_ahead(prefix: int, exact: bool, window: int) -> int:
