@@ -480,7 +480,8 @@ def _stages() -> dict:
 
     def loaded_when(*args, **kwargs):  # when the tokenizer's load (on a thread, or in a child) has ended
         pinned = pin(*args, **kwargs)
-        pinned.loaded.add_done_callback(lambda _: seen.setdefault("loaded", time.perf_counter()))
+        if hasattr(pinned, "loaded"):  # an older databuild (--databuild) loads within pin: nothing to watch
+            pinned.loaded.add_done_callback(lambda _: seen.setdefault("loaded", time.perf_counter()))
         return pinned
 
     build.pin = loaded_when
