@@ -84,9 +84,9 @@ def test_disk_full_while_writing(tiny_build, previous, monkeypatch):
 
 def test_row_groups_queued_for_the_writer_are_written_in_order(tiny_config, tiny_build, tmp_path, monkeypatch):
     """Ten row groups of four rows, handed to the writer's thread one at a time or up to four waiting: the
-    same file either way, its rows those of the one-group build, its parquet_sha256 (hashed as the groups
-    are written) that of the file's bytes; a write that fails with groups still queued behind it stops the
-    build and leaves no file under either name."""
+    same file either way, its rows those of the one-group build, its parquet_sha256 and parquet_bytes those
+    of the file's bytes; a write that fails with groups still queued behind it stops the build and leaves no
+    file under either name."""
     monkeypatch.setattr(write, "ROW_GROUP_TOKENS", 512 * 4)
     files = {}
     for queued in (1, 4):

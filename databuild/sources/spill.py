@@ -65,10 +65,10 @@ AHEAD_SHARE = 4
 # batches are as small: executors.stream.batch_sizes).
 AHEAD_BATCH = 32
 # Buckets' worth of positions sent ahead at most: the stream holds their results until it reaches them (~45 MB
-# a bucket of the recipe's conversations). One, measured: the pass's threads keep ~13 of 16 cores busy, so the
-# encode processes have little to take during it, and four buckets' worth (~25,000 of the recipe's 46,620
-# conversations) made the 16-core job slower, 11.3-13.4 s against 9.6-10.8 s with one (bench/README, "Eighth
-# round").
+# a bucket of the recipe's conversations). One, measured: the cores are busy during the pass (its threads, the
+# tokenizer's load, the workers' start), so the encode processes have little to take then, and four buckets'
+# worth (~25,000 of the recipe's 46,620 conversations) made the 16-core job slower, 11.3-13.4 s against 9.6-10.8 s
+# with one (bench/README, "Eighth round").
 AHEAD_BUCKETS = 1
 
 
