@@ -9,8 +9,6 @@ import numpy as np
 Spans = list[tuple[int, int]]
 
 
-
-
 def spans_to_mask(spans: Spans, encoding, n_tokens: int) -> np.ndarray:
     """1 for every token whose character range [ts, te) overlaps a span [start, end), i.e.
     ts < end and te > start (an empty span marks a token strictly around it), else 0 (int8).
