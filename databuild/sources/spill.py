@@ -195,10 +195,10 @@ class Spill:
                 path = self.directory / f"ahead-{next(ahead_files):06d}.arrow"
             with pa.ipc.new_file(path, rows.schema) as writer:
                 writer.write_batch(rows)
-            indices = rows.column("index").to_numpy().tolist()
+            indices = rows.column("index").to_numpy().tolist() if bad else []
             for low in range(0, rows.num_rows, AHEAD_BATCH):
                 high = min(low + AHEAD_BATCH, rows.num_rows)
-                malformed = {i: bad[i] for i in indices[low:high] if i in bad} if bad else {}
+                malformed = {i: bad[i] for i in indices[low:high] if i in bad}
                 future = ahead(SpilledBatch(((path, np.arange(low, high)),), malformed))
                 with lock:
                     self.ahead.append(future)
