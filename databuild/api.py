@@ -39,6 +39,9 @@ def make(config: str | Path, out_dir: str | Path = "build", *, offline: bool = F
          progress: bool | None = False) -> BuildResult:
     """Build the rows of `config` (a config name, as `databuild list` shows, or a YAML path) into
     `out_dir`/NAME.parquet with its manifest; returns the paths and the manifest's content."""
+    from .executors.fork_server import refuse_in_starting_child
+
+    refuse_in_starting_child("databuild.make()")  # named as the user called it, before the build's imports
     from .build import make as run_make
     from .config import resolve_config
 

@@ -31,6 +31,7 @@ from .config import BuildConfig
 from .errors import BuildError
 from .encode.encoder import Encoder
 from .executors import Encoding, encoding_on, start_early
+from .executors.fork_server import refuse_in_starting_child
 from .rowfile.hashes import RowsHasher, SegmentsHasher
 from .inputs.pins import check_unchanged, hashing_in_background
 from .current import stale_reason
@@ -108,6 +109,7 @@ def make(config: BuildConfig, out_dir: Path, *, force: bool = False, offline: bo
          progress: bool | None = None, executor: str = "local", ray_address: str | None = None) -> BuildResult:
     """Build config into out_dir/NAME.parquet, unless the build there is up to date (`force`: build anyway).
     `workers` None: the machine's default (executors/cores.py)."""
+    refuse_in_starting_child("databuild.build.make()")  # before the output's lock: an unguarded script's child
     if config.task != "sft":
         raise BuildError(f"{config.path}: task: {config.task}: built by databuild.preference.build.make_preference")
     started = time.perf_counter()

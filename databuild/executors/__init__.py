@@ -67,8 +67,11 @@ def encoding_on(executor: str, encoder: Encoder | Callable[[], Encoder], workers
         yield Encoding(lambda batches: ray_encode_batches(batches, encoder, actors, ray_address),
                        f"{actors} Ray actor{'s' if actors > 1 else ''}", processes=actors)
         return
+    from concurrent.futures.process import BrokenProcessPool
+
     from ..utils.machine import available_cores
     from .cores import encode_processes, most_processes_rule
+    from .fork_server import ended_early
     from .local import LocalEncoding
 
     processes = encode_processes(workers)
@@ -78,5 +81,8 @@ def encoding_on(executor: str, encoder: Encoder | Callable[[], Encoder], workers
             summary += (f"; --workers {workers} asked, {processes} run{'s' if processes == 1 else ''}: "
                         f"{most_processes_rule(available_cores())}, as more were slower "
                         f"(bench/README.md, \"Cores\")")
-        yield Encoding(local.stream, summary, by_reference=processes > 1, processes=processes,
-                       ahead=local.ahead if processes > 1 else None)
+        try:
+            yield Encoding(local.stream, summary, by_reference=processes > 1, processes=processes,
+                           ahead=local.ahead if processes > 1 else None)
+        except BrokenProcessPool as exc:  # a worker gone (the stream's, or a batch sent ahead): one line
+            raise ended_early("an encode process", exc) from exc

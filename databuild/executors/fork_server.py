@@ -1,7 +1,9 @@
 """How encode processes start: multiprocessing's fork server, which imports once what every one of them
 needs (SHARED_IMPORTS) and forks them (the workers, the tokenizer's loader: loader.py), started as early
 as a build knows it will fork (`start_fork_server`: the CLI's first step, before its own imports); the
-resource tracker it needs; and the check that a child runs the build's own packages (`imported_elsewhere`).
+resource tracker it needs; the checks that a child runs the build's own packages (`imported_elsewhere`) and
+does not build itself while it starts (`refuse_in_starting_child`: an unguarded script run again); and what
+the build says when one of its children ends without a result (`ended_early`).
 Light on purpose: importing this module imports neither numpy nor pyarrow, so that the fork server's
 imports run while the build's process makes its own.
 """
@@ -15,6 +17,8 @@ import signal
 import sys
 import tempfile
 import threading
+
+from ..errors import BuildError, first_line
 
 # What every worker imports and what takes most of its start (~0.8 of ~1 CPU s measured here, transformers
 # above all, numpy with it): imported once, by the fork server, whose forked children (the workers) start
@@ -84,6 +88,53 @@ def imported_elsewhere(origins: dict[str, str]) -> str | None:
             return (f"an encode process imported {name} from {here}, the build's process from {path}: "
                     f"run the build with that module first on the default path (PYTHONPATH), or --workers 1")
     return None
+
+
+def refuse_in_starting_child(entry: str) -> None:
+    """Raises where `entry` (a build's entry, as the user calls it) runs in a process that multiprocessing
+    started and that is still starting: one that runs the main script again (spawn.prepare, which the fork
+    server's children run too) to find what the parent pickled, and a script that builds outside
+    `if __name__ == "__main__":` then builds again in it. That child would wait for the output's lock,
+    held by the build that started it (publish/lock.py), which waits for it (the tokenizer's loader, the
+    workers' start): both for good. Refused, the child exits, and the build that started it fails
+    (`ended_early`). CPython's own check for the same case, spawn._check_not_importing_main, reads
+    the same flag (set only while the child prepares, so a worker's own calls are not refused)."""
+    if getattr(multiprocessing.process.current_process(), "_inheriting", False):
+        raise BuildError(f"{entry} was called in a process that multiprocessing started (a build's encode "
+                         "process, its tokenizer's loader) while it ran the main script again: put the script's "
+                         "build under `if __name__ == \"__main__\":` (multiprocessing runs an unguarded script "
+                         "again in each process it starts)")
+
+
+def ended_early(what: str, exc: BaseException) -> BuildError:
+    """The build's error where `what` (a process of its own: the tokenizer's loader, an encode process) ended
+    without a result (BrokenProcessPool: killed, out of memory, or refused as it started: an unguarded
+    script's, refuse_in_starting_child, whose own error is printed by that process), with the likely cause
+    where multiprocessing runs the main script again in the processes it starts."""
+    said = f"{what} ended: {first_line(exc).rstrip('.')}"
+    script = script_run_again()
+    if script is None:
+        return BuildError(said)
+    return BuildError(f"{said}; if {script} builds outside `if __name__ == \"__main__\":`, put its build under it "
+                      "(multiprocessing runs the script again in each process it starts, which then builds again "
+                      "and is refused)")
+
+
+def script_run_again() -> str | None:
+    """The main module that multiprocessing runs again in each process it starts, to find what it was sent
+    (spawn.get_preparation_data and _fixup_main_from_name/_path: a script by its path, a `python -m`
+    module by its name, but never a package's __main__); None for none (`python -c`, an interactive
+    session, `python -m databuild`) or for databuild's own command line, whose console script builds only
+    under the guard (it is `from databuild.cli import main`, as pip, pipx and uv write it)."""
+    main = sys.modules.get("__main__")
+    cli = sys.modules.get("databuild.cli")
+    if main is None or (cli is not None and getattr(main, "main", None) is getattr(cli, "main", None)):
+        return None
+    name = getattr(getattr(main, "__spec__", None), "name", None)
+    if name is not None:
+        return None if name == "__main__" or name.endswith(".__main__") else name
+    path = getattr(main, "__file__", None)
+    return path if path is not None and os.path.isfile(path) else None  # not `python -` ('<stdin>')
 
 
 def start_resource_tracker() -> None:

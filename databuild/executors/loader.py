@@ -24,7 +24,7 @@ from ..encode.render import Renderer, load_tokenizer
 from ..errors import BuildError
 from ..pack.policy import packing_for
 from ..pack.rows import Packing
-from .fork_server import expected_origins, imported_elsewhere, worker_context
+from .fork_server import ended_early, expected_origins, imported_elsewhere, worker_context
 
 if TYPE_CHECKING:
     from ..config import BuildConfig
@@ -62,7 +62,7 @@ def load_in_child(load: Callable[..., tuple[Any, Any]], *args) -> Future | None:
             first, pickled = done.result()
             loaded.set_result((first, pickle.loads(pickled)))
         except BrokenProcessPool as exc:
-            loaded.set_exception(BuildError(f"the process loading the tokenizer ended: {exc}"))
+            loaded.set_exception(ended_early("the process loading the tokenizer", exc))
         except BaseException as exc:
             loaded.set_exception(exc)
 

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import pickle
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Iterable, Iterator
 
 from ..sources.spill_folder import spill_folder
 from . import workers as worker
-from .fork_server import expected_origins, start_resource_tracker, worker_context
+from .fork_server import ended_early, expected_origins, start_resource_tracker, worker_context
 from .cores import threads_per_worker
 from .stream import in_order, overlapped
 
@@ -44,6 +45,8 @@ def encode_pairs(batches: Iterable[list], encoder, processes: int) -> Iterator:
                                              expected_origins(), ended, child_end))
         yield from in_order(batches, lambda batch: pool.submit(encode_pairs_in_worker, batch),
                             lambda future: future.result(), 2 * processes)
+    except BrokenProcessPool as exc:  # a worker gone: one line, as the SFT build's (executors.encoding_on)
+        raise ended_early("an encode process", exc) from exc
     finally:
         if pool is not None:
             worker.end_pool(pool, ended)

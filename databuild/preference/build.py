@@ -21,6 +21,7 @@ from ..current import stale_reason as current_reason
 from ..encode.preference import PairEncoder
 from ..errors import BuildError
 from ..executors.cores import encode_processes
+from ..executors.fork_server import refuse_in_starting_child
 from ..executors.pairs import encode_pairs
 from ..executors.stream import batches
 from ..inputs.pins import check_unchanged
@@ -78,6 +79,7 @@ def stale_reason(parquet: Path, expected: dict[str, Any]) -> str | None:
 
 def make_preference(config, out_dir: Path, *, force: bool = False, offline: bool = False, workers: int | None = None,
                     batch_size: int = DEFAULT_BATCH, window: int | None = None) -> BuildResult:
+    refuse_in_starting_child("databuild.preference.build.make_preference()")  # as build.make
     started = time.perf_counter()
     final = Path(out_dir) / f"{config.name}.parquet"
     remove_stale_spill_folders()
