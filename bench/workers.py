@@ -586,7 +586,8 @@ def run_driver(job: dict) -> dict:
         rows = islice(pack(kept, prepared.packing, PackStats()), config.rows)
         written = write_rows(rows, Path(out) / "rows.parquet", config.row_tokens, RowsHasher(), SegmentsHasher())
         seconds = time.perf_counter() - started
-    return {"conversations": len(stream), "tokens": written * config.row_tokens, "stream_tokens": tokens,
+    rows_written = getattr(written, "rows", written)  # a databuild (--databuild) from before write_rows said more
+    return {"conversations": len(stream), "tokens": rows_written * config.row_tokens, "stream_tokens": tokens,
             "seconds": seconds, "read_seconds": read_seconds, **load.figures}
 
 

@@ -46,7 +46,6 @@ from .pack.policy import pack
 from .records.problems import OVERLONG, BadConversation, Problem, bad_conversation, buildable, refusal
 from .sources.mixture import counting_by_source
 from .sources.spill_folder import remove_stale_spill_folders
-from .utils.files import file_sha256
 from .utils.early import import_pandas_early
 from .utils.versions import read_versions_early
 from .shortfall import ran_out
@@ -203,12 +202,12 @@ def _make(prepared: Prepared, final: Path, encode: Encoding, batch_size: int, pr
                 raise refusal(bad_conversation(list(inputs.source_files), exc.conversation.origin.index,
                                                exc.conversation.origin.id, Problem(OVERLONG, str(exc)))) from None
         try:
-            if written < (config.rows or 1):  # rows: all needs one row at least
-                raise ran_out(written, config.rows, stats, skipped)
+            if written.rows < (config.rows or 1):  # rows: all needs one row at least
+                raise ran_out(written.rows, config.rows, stats, skipped)
             # a failed early hash (a file deleted meanwhile) is left to the check, which names it
             early = prepared.spill.passes == passes and rehash.exception() is None
             check_unchanged(inputs, rehash.result() if early else None)
-            manifest = manifest_of(prepared, final.name, stats, skipped, hasher, segments, file_sha256(partial),
+            manifest = manifest_of(prepared, final.name, stats, skipped, hasher, segments, written[1:],
                                    validation, read)
         except BaseException:
             partial.unlink(missing_ok=True)

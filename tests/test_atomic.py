@@ -20,6 +20,7 @@ from click.testing import CliRunner
 
 from conftest import REPO, TINY, TINY_CONFIG, TINY_LOCK, write_config
 import databuild.rowfile.write as write
+import databuild.utils.files as files_module
 from databuild.build import make
 from databuild.cli import main
 from databuild.encode.encoder import Encoder
@@ -85,13 +86,20 @@ def test_disk_full_while_writing(tiny_build, previous, monkeypatch):
 def test_row_groups_queued_for_the_writer_are_written_in_order(tiny_config, tiny_build, tmp_path, monkeypatch):
     """Ten row groups of four rows, handed to the writer's thread one at a time or up to four waiting: the
     same file either way, its rows those of the one-group build, its parquet_sha256 and parquet_bytes those
-    of the file's bytes; a write that fails with groups still queued behind it stops the build and leaves no
-    file under either name."""
+    of the file's bytes (hashed as the file grew, synced on the way); a write that fails with groups still
+    queued behind it stops the build and leaves no file under either name."""
     monkeypatch.setattr(write, "ROW_GROUP_TOKENS", 512 * 4)
+    # the file hashed and synced as it grows (utils.files.GrowingFile): a sync every few groups here
+    synced = []
+    monkeypatch.setattr(files_module, "SYNC_BYTES", 4096)
+    monkeypatch.setattr(files_module, "_fdatasync", lambda fd: synced.append(os.fstat(fd).st_size))
     files = {}
     for queued in (1, 4):
         monkeypatch.setattr(write, "GROUPS_QUEUED", queued)
+        synced.clear()
         grouped = make(tiny_config, tmp_path / f"queued-{queued}", progress=False)
+        # synced while written, never past the file's end, and more than once: not all at the end
+        assert len(synced) >= 2 and synced == sorted(synced) and synced[-1] < grouped.parquet.stat().st_size
         assert pq.ParquetFile(grouped.parquet).metadata.num_row_groups == 10
         assert grouped.data["output"]["rows_sha256"] == tiny_build.data["output"]["rows_sha256"]
         files[queued] = grouped.parquet.read_bytes()
@@ -110,6 +118,35 @@ def test_row_groups_queued_for_the_writer_are_written_in_order(tiny_config, tiny
     with pytest.raises(BuildError, match="writing the rows failed"):
         make(tiny_config, tmp_path / "failed", progress=False)
     assert names(tmp_path / "failed") == [TINY_LOCK] and written == [4, 4, 4]
+
+
+def test_a_growing_file_is_hashed_as_the_whole_file(tmp_path, monkeypatch):
+    """GrowingFile, caught up after each append (some of them spanning its read chunks), gives the sha256
+    and size of the whole file as hashlib does; a file that another writer shortened under it is refused."""
+    monkeypatch.setattr(files_module, "FILE_CHUNK", 1000)
+    path, appended = tmp_path / "growing", b""
+    path.write_bytes(b"")
+    grown = files_module.GrowingFile(path)
+    try:
+        with open(path, "ab") as handle:
+            for k in range(1, 40):
+                chunk = bytes([k]) * (k * 97)
+                handle.write(chunk)
+                handle.flush()
+                appended += chunk
+                grown.caught_up()
+        assert grown.finished() == (hashlib.sha256(appended).hexdigest(), len(appended))
+    finally:
+        grown.close()
+    shortened = files_module.GrowingFile(path)
+    try:
+        shortened.caught_up()
+        shortened._steps[-1].result()  # hashed through the old end before it shrinks: no race with the test
+        os.truncate(path, 10)
+        with pytest.raises(OSError, match="changed size"):
+            shortened.finished()
+    finally:
+        shortened.close()
 
 
 KILLED_MID_WRITE = textwrap.dedent("""

@@ -17,7 +17,7 @@ import threading
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -27,7 +27,7 @@ from ..errors import BuildError
 from .schema import EXPECTED_TYPES
 from .hashes import RowsHasher, SegmentsHasher
 from ..records.row import Row
-from ..utils.files import replace_durably
+from ..utils.files import GrowingFile, replace_durably
 
 # Fixed text, so the bytes stay deterministic. Megatron-Bridge reads these very column names but stores
 # its mask rolled left by one per segment: the words say which convention this file is in.
@@ -83,23 +83,31 @@ def _table(rows: list[Row]) -> pa.Table:
     ], schema=SCHEMA)
 
 
+class Written(NamedTuple):
+    rows: int
+    sha256: str  # of the file's bytes (parquet_sha256)
+    bytes: int
+
+
 def write_rows(rows: Iterable[Row], partial: Path, row_tokens: int, hasher: RowsHasher,
-               segments: SegmentsHasher | None = None) -> int:
-    """Stream rows into the file `partial` (removed on any error); returns the row count. Hashes rows
-    (and, given `segments`, their boundaries) as written."""
+               segments: SegmentsHasher | None = None) -> Written:
+    """Stream rows into the file `partial` (removed on any error), durable once this returns; the row count
+    and the file's sha256 and size. Hashes rows (and, given `segments`, their boundaries) as written."""
     group_rows = rows_per_group(row_tokens)
-    count = 0
+    count, grown = 0, None
     try:
         # Encoding and compressing a row group runs in pyarrow's C++ without the GIL: groups are written in
         # the background while the next are packed, in order, one at a time, up to GROUPS_QUEUED waiting.
         with pq.ParquetWriter(partial, SCHEMA, **WRITER_OPTIONS) as writer, ThreadPoolExecutor(1) as background:
             failed = threading.Event()
+            grown = GrowingFile(partial)
 
             def write_group(table: pa.Table) -> None:
                 if failed.is_set():  # an earlier group's write failed: the file is given up, that error raised
                     return
                 try:
                     writer.write_table(table, row_group_size=group_rows)
+                    grown.caught_up()
                 except BaseException:
                     failed.set()
                     raise
@@ -121,14 +129,16 @@ def write_rows(rows: Iterable[Row], partial: Path, row_tokens: int, hasher: Rows
                 pending.popleft().result()
             if group:
                 writer.write_table(_table(group), row_group_size=group_rows)
-        with open(partial, "rb+") as handle:
-            os.fsync(handle.fileno())
+        digest, size = grown.finished()
     except BaseException as exc:
         partial.unlink(missing_ok=True)
         if isinstance(exc, OSError):  # a full disk, most often (pyarrow's errors name no file)
             raise BuildError(f"{partial}: writing the rows failed ({exc.strerror or exc}); nothing published") from None
         raise
-    return count
+    finally:
+        if grown is not None:
+            grown.close()
+    return Written(count, digest, size)
 
 
 def publish(partial: Path, final: Path) -> None:
