@@ -90,7 +90,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="cores: the job at each --curve-workers count against its limit, and the driver's ceiling")
     parser.add_argument("--curve-workers", default=None,
                         help="comma-separated --workers counts for --curve (default 1, 2, 4, ... up to the cores, "
-                             "and databuild's default); W:T runs --workers W with RAYON_NUM_THREADS=T")
+                             "and databuild's default); W:T runs --workers W with RAYON_NUM_THREADS=T, W@DIR (or W:T@DIR) "
+                             "the databuild package under DIR, so that codes alternate beside one floor")
     parser.add_argument("--big-rows", type=int, default=None,
                         help="--curve: also a job of this many rows at databuild's default --workers, "
                              "against its own limit")
@@ -218,9 +219,10 @@ def estimate_rows(corpus, args, tokenizer: Path, kwargs: dict, tmp: Path) -> int
 
 
 def build(args, corpus, tokenizer: Path, loss_mask: str, kwargs: dict, rows: int, tmp: Path, tag: str,
-          packing: dict | None = None, workers: int | None = None, threads: int | None = None) -> dict:
+          packing: dict | None = None, workers: int | None = None, threads: int | None = None,
+          databuild: Path | None = None) -> dict:
     """Path (c), `args.repeat` times, the fastest kept. `threads`: RAYON_NUM_THREADS for this build alone
-    (default: --threads)."""
+    (default: --threads); `databuild`: the tree it measures (default: --databuild)."""
     name = f"bench-{tag}"
     config = write_config(tmp / f"{name}.yaml", name, corpus.root, tokenizer, loss_mask, kwargs,
                           args.seed, args.row_tokens, rows, packing)
@@ -229,7 +231,8 @@ def build(args, corpus, tokenizer: Path, loss_mask: str, kwargs: dict, rows: int
            "batch_size": args.batch_size, "window": args.window,
            "profile": str(args.profile / f"job-{tag}.prof") if getattr(args, "profile", None) else None}
     threads = args.threads if threads is None else threads
-    return {**fastest([run_worker(job, tmp, threads, args.databuild) for _ in range(args.repeat)]), "tag": tag}
+    tree = databuild or args.databuild
+    return {**fastest([run_worker(job, tmp, threads, tree) for _ in range(args.repeat)]), "tag": tag}
 
 
 def fastest(results: list[dict]) -> dict:
@@ -395,17 +398,29 @@ def make_corpus(args, conversations: int):
 
 # ---- cores --------------------------------------------------------------------------------------
 
-def worker_counts(spec: str | None, cores: int, default: int) -> list[tuple[int, int | None]]:
-    """(workers, tokenizer threads per worker or None for databuild's own share) for each job of the
-    curve: "4" is --workers 4, "4:5" is --workers 4 with RAYON_NUM_THREADS=5."""
+def worker_counts(spec: str | None, cores: int, default: int) -> list[tuple[int, int | None, Path | None]]:
+    """(workers, tokenizer threads per worker or None for databuild's own share, the databuild tree or None
+    for --databuild's) for each job of the curve: "4" is --workers 4, "4:5" is --workers 4 with
+    RAYON_NUM_THREADS=5, "4@DIR" (or "4:5@DIR") measures the databuild package under DIR, so that codes
+    alternate in one run, beside one floor."""
     if spec:
-        return [(int(w), int(t) if t else None) for w, _, t in (item.partition(":") for item in spec.split(","))]
+        jobs = []
+        for item in spec.split(","):
+            item, _, tree = item.partition("@")
+            w, _, t = item.partition(":")
+            jobs.append((int(w), int(t) if t else None, Path(tree) if tree else None))
+        return jobs
     counts = [1 << k for k in range(cores.bit_length()) if 1 << k <= cores]
-    return [(w, None) for w in sorted(set(counts + [default]))]
+    return [(w, None, None) for w in sorted(set(counts + [default]))]
 
 
-def label(workers: int, threads: int | None) -> str:
-    return f"{workers}" if threads is None else f"{workers}:{threads}"
+def label(workers: int, threads: int | None, tree: Path | None = None) -> str:
+    return (f"{workers}" if threads is None else f"{workers}:{threads}") + (f"@{tree.name}" if tree else "")
+
+
+def workers_of(key: str) -> str:
+    """A job's label without its tree and repeat marks: what is compared with databuild's default."""
+    return key.partition("#")[0].partition("@")[0]
 
 
 def limit_of(args, corpus, tokenizer, kwargs, tmp, conversations: int, read: dict) -> dict:
@@ -474,11 +489,12 @@ def curve(args, corpus, tokenizer, loss_mask, kwargs, tmp) -> dict:
     read = run_worker({"path": "read", "corpus": str(corpus.root)}, tmp, args.threads)
     print(f"read: {read['seconds']:.2f} s", flush=True)
     jobs = {}
-    for workers, threads in counts:
-        name = label(workers, threads)
+    for workers, threads, tree in counts:
+        name = label(workers, threads, tree)
         key = name if name not in jobs else f"{name}#{len(jobs)}"  # a count asked for twice: both kept
-        tag = f"1x-w{key.replace(':', 't').replace('#', '-')}"
-        jobs[key] = build(args, corpus, tokenizer, loss_mask, kwargs, rows, tmp, tag, workers=workers, threads=threads)
+        tag = f"1x-w{key.replace(':', 't').replace('#', '-').replace('@', '-')}"
+        jobs[key] = build(args, corpus, tokenizer, loss_mask, kwargs, rows, tmp, tag, workers=workers, threads=threads,
+                          databuild=tree)
         print(f"job, --workers {key}: {jobs[key]['seconds']:.1f} s ({jobs[key]['encoding']})", flush=True)
         if args.profile:
             import pstats
@@ -507,7 +523,7 @@ def curve(args, corpus, tokenizer, loss_mask, kwargs, tmp) -> dict:
     print(f"\n{'--workers':>9}{'wall s':>8}{'whole s':>8}{'CPU':>7}{'tokens/s':>12}{'/pfloor':>8}{'/old':>10}"
           f"{'peak RSS MiB':>14}")
     for key, r in jobs.items():
-        mark = " (default)" if key.partition("#")[0] == str(default) else ""
+        mark = " (default)" if workers_of(key) == str(default) else ""
         print(f"{key:>9}{r['seconds']:>8.1f}{whole(r):>8.1f}{r['cpu_seconds'] / r['seconds']:>7.0%}{rate(r):>12,.0f}"
               f"{whole(r) / pfloor['seconds']:>8.2f}{old(r)}{rss(r):>14,.0f}  {r['phases']}{mark}")
     print(f"parallel floor {pfloor['seconds']:.1f} s = read {pfloor['read_seconds']:.2f} s + render and encode in "
@@ -516,8 +532,10 @@ def curve(args, corpus, tokenizer, loss_mask, kwargs, tmp) -> dict:
                         f"({conversations:,} conversations, {limit['floor']['tokens']:,} tokens), /old: make alone "
                         "over it" if limit else "") +
           f"; rows_sha256 {'identical' if identical else 'DIFFER'} across worker counts ({first['rows_sha256']})")
-    default_job = next((r for k, r in jobs.items() if k.partition("#")[0] == str(default)), first)
-    print_stages(default_job, pfloor)
+    default_job = next((r for k, r in jobs.items() if workers_of(k) == str(default)), first)
+    # codes alternated (W@DIR): where each job's seconds went, to set them side by side
+    for job in jobs.values() if any(tree for *_, tree in counts) else (default_job,):
+        print_stages(job, pfloor)
     if driver:
         print(f"driver ceiling (pack + hash + write alone): {rate(driver):,.0f} tokens/s "
               f"({driver['seconds']:.2f} s for {driver['tokens']:,} tokens); the stream read back to Python alone: "
@@ -529,11 +547,13 @@ def curve(args, corpus, tokenizer, loss_mask, kwargs, tmp) -> dict:
                             if limit else {})}}
     if args.big_rows:
         bigs = {}
-        for workers, threads in (worker_counts(args.big_workers, cores, default) if args.big_workers
-                                 else [(default, None)]):
-            name = label(workers, threads)
+        for workers, threads, tree in (worker_counts(args.big_workers, cores, default) if args.big_workers
+                                       else [(default, None, None)]):
+            name = label(workers, threads, tree)
+            name = name if name not in bigs else f"{name}#{len(bigs)}"  # a count asked for twice: both kept
             bigs[name] = build(args, corpus, tokenizer, loss_mask, kwargs, args.big_rows, tmp,
-                               f"big-w{name.replace(':', 't')}", workers=workers, threads=threads)
+                               f"big-w{name.replace(':', 't').replace('#', '-').replace('@', '-')}", workers=workers,
+                               threads=threads, databuild=tree)
             print(f"big job, --workers {name}: {bigs[name]['seconds']:.1f} s", flush=True)
         big_conversations = next(iter(bigs.values()))["conversations"]
         big_pfloor = parallel_floor_of(args, corpus, tokenizer, kwargs, tmp, big_conversations, read, cores)
