@@ -397,7 +397,6 @@ STAGES = (
     ("databuild.build", "prepare", "source pass (all: read, check, spill)"),
     ("databuild.build", "write_rows", "encode, pack, hash, write (the stream)"),
     ("databuild.build", "check_unchanged", "end: source unchanged"),
-    ("databuild.build", "file_sha256", "end: hash the parquet"),
     ("databuild.build", "manifest_of", "end: manifests"),
     ("databuild.build", "publish", "end: rename"),
     ("databuild.build", "write_manifest", "end: write the manifest"),
