@@ -33,7 +33,8 @@ def file_sha256(path: Path, progress: Callable[[int], Any] | None = None) -> tup
 
 
 # Bytes a growing file may hold beyond its last fdatasync: the rest goes to disk while the build runs, so that
-# its final fsync waits for at most this much (the 8x bench job's 527 MB parquet took ~1.2 s to fsync at the end).
+# its final fsync waits for at most this much (a 527 MB file, the size of the 8x bench job's, took 1.2 s to fsync
+# at once on the 2-core machine).
 SYNC_BYTES = 32 << 20
 _fdatasync = getattr(os, "fdatasync", os.fsync)  # macOS has none
 
