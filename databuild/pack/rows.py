@@ -82,9 +82,11 @@ class PackStats:
             self.continued_rows.append(self.rows_kept)
         self.rows_kept += 1
         self.tokens_kept += len(row.input_ids)
-        self.supervised_tokens_kept += int(row.loss_mask.sum(dtype=np.int64))
-        lengths = np.diff(np.append(row.seq_start_id, len(row.input_ids)))
-        for origin, length in zip(row.origins, lengths.tolist()):
+        self.supervised_tokens_kept += int(np.count_nonzero(row.loss_mask))  # a mask is 0 or 1 (verify checks)
+        # a row's few segments: their lengths in Python, cheaper than numpy's calls on arrays this small
+        starts = row.seq_start_id.tolist()
+        lengths = [end - start for start, end in zip(starts, starts[1:] + [len(row.input_ids)])]
+        for origin, length in zip(row.origins, lengths):
             if origin.id == PADDING_ID:
                 self.padding_tokens += length
                 continue
