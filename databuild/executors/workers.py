@@ -107,8 +107,8 @@ def from_columns(columns: tuple) -> list[TokenizedConversation]:
     lengths, ids, mask, scalars = columns
     ends = np.cumsum(lengths).tolist()
     at = len(_ORIGIN)
-    return [TokenizedConversation(Origin(*values[:at]), ids[low:high], mask[low:high],
-                                  **dict(zip(_SCALARS, values[at:])))
+    # positionally: the scalars follow origin, input_ids and loss_mask in the record's field order (_SCALARS)
+    return [TokenizedConversation(Origin(*values[:at]), ids[low:high], mask[low:high], *values[at:])
             for values, low, high in zip(scalars, [0] + ends[:-1], ends)]
 
 
