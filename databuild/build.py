@@ -207,8 +207,8 @@ def _make(prepared: Prepared, final: Path, encode: Encoding, batch_size: int, pr
             # a failed early hash (a file deleted meanwhile) is left to the check, which names it
             early = prepared.spill.passes == passes and rehash.exception() is None
             check_unchanged(inputs, rehash.result() if early else None)
-            manifest = manifest_of(prepared, final.name, stats, skipped, hasher, segments, written[1:],
-                                   validation, read)
+            manifest = manifest_of(prepared, final.name, stats, skipped, hasher, segments,
+                                   (written.sha256, written.bytes), validation, read)
         except BaseException:
             partial.unlink(missing_ok=True)
             raise

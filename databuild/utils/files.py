@@ -1,9 +1,11 @@
-"""Files written and read whole: a durable rename, and a file's sha256 streamed."""
+"""Files written and read whole: a durable rename, a file's sha256 streamed, and a growing file's hashed and
+synced as it is written (GrowingFile)."""
 
 from __future__ import annotations
 
 import hashlib
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
 
@@ -48,8 +50,6 @@ class GrowingFile:
     them after; verify recomputes the hash from the file all the same."""
 
     def __init__(self, path: Path):
-        from concurrent.futures import ThreadPoolExecutor
-
         # never written through: a descriptor fsync may write with, as some systems ask of one
         self._path, self._fd = path, os.open(path, os.O_RDWR)
         self._sha, self._hashed, self._synced = hashlib.sha256(), 0, 0
