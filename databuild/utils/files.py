@@ -57,11 +57,12 @@ class GrowingFile:
         self._steps: list = []
 
     def caught_up(self) -> None:
-        """Called once the writer has appended (and its call returned): catch up in the background."""
-        self._steps.append(self._thread.submit(self._catch_up, True))
+        """Called once the writer has appended (and its call returned): catch up in the background, through
+        the size the file has now (so that what is synced when depends on the writes, not on the thread's pace)."""
+        self._steps.append(self._thread.submit(self._catch_up, True, os.fstat(self._fd).st_size))
 
-    def _catch_up(self, sync: bool) -> None:
-        size = os.fstat(self._fd).st_size
+    def _catch_up(self, sync: bool, size: int | None = None) -> None:
+        size = os.fstat(self._fd).st_size if size is None else size
         while self._hashed < size:
             chunk = os.pread(self._fd, min(FILE_CHUNK, size - self._hashed), self._hashed)
             if not chunk:  # shorter than it was a moment ago: finished() says so
