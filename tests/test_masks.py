@@ -315,17 +315,23 @@ def test_spans_follow_transformers_overlap_rule(tokenizer, text):
     """Spans ending inside a character split over several byte tokens, empty spans inside a token, and
     spans out of order: the same tokens as transformers' own loop over every token's offsets."""
     from databuild.encode.masks import _transformers_loop, spans_to_mask
+    from databuild.encode.positions import AddedTokens, Offsets, Split
 
-    encoding = tokenizer.backend_tokenizer.encode(text, add_special_tokens=False)
+    backend = tokenizer.backend_tokenizer
+    encoding = backend.encode(text, add_special_tokens=False)
+    fast = backend.encode_batch_fast([text], add_special_tokens=False)[0]
+    added = AddedTokens.of(backend)
+    assert added.reason is None  # placed without offsets: each case below asks both ways
     end = text.index("<|end|>")
     cases = [[(0, end)], [(1, end - 1)], [(end - 1, end)], [(2, len(text))], [(2, 2)], [(1, 2), (3, 3), (4, 6)],
              [(0, end), (1, 2)], [(3, 3)]]
     for spans in cases:
         expected = [int(any(a < e and b > s for s, e in spans)) for a, b in encoding.offsets]
-        if all(f[0] >= p[1] for p, f in zip(spans, spans[1:])):
-            assert spans_to_mask(spans, encoding, len(encoding.ids)).tolist() == expected, spans
-        assert spans_to_mask(spans, encoding, len(encoding.ids)).tolist() == \
-            _transformers_loop(spans, encoding.offsets, len(encoding.ids)).tolist(), spans
+        for placed in (Offsets(encoding), Split(fast, text, added, backend)):
+            if all(f[0] >= p[1] for p, f in zip(spans, spans[1:])):
+                assert spans_to_mask(spans, placed, len(encoding.ids)).tolist() == expected, spans
+            assert spans_to_mask(spans, placed, len(encoding.ids)).tolist() == \
+                _transformers_loop(spans, encoding.offsets, len(encoding.ids)).tolist(), spans
 
 
 def test_a_machine_limit_stops_the_build_rather_than_skipping(tokenizer):

@@ -26,6 +26,7 @@ from ..records.problems import TEMPLATE_ERROR, Problem
 from . import targets
 from .ends import end_of_turn_tokens
 from .inference import DEFAULT_HISTORY, Sample, stop_pattern
+from .positions import AddedTokens, Offsets, Split
 from .render import Renderer
 from .render_limit import MACHINE_LIMITS, RenderTimedOut, machine_limit, timed_out
 from .strategies import strategy_for
@@ -79,6 +80,7 @@ class Encoder:
         self.backend = tokenizer.backend_tokenizer
         self.tokenizer_size = len(tokenizer)  # every token id is below it: verify checks each one against it
         self.switched_off = switch_off_truncation_and_padding(self.backend)
+        self.added = AddedTokens.of(self.backend)  # where the added tokens cut a text: its tokens placed without offsets
 
     def __getstate__(self):
         state = {k: v for k, v in self.__dict__.items() if k != "backend"}
@@ -129,10 +131,17 @@ class Encoder:
         its text; in an expanded conversation's place, the list of its samples' encodings."""
         texts = [_texts(item) for item in rendered]
         if all(isinstance(text, str) for text in texts):
-            return self.backend.encode_batch(texts, add_special_tokens=False)
-        every = [t for text in texts for t in ([text] if isinstance(text, str) else text)]
-        flat = iter(self.backend.encode_batch(every, add_special_tokens=False))
+            return self.encode_texts(texts)
+        flat = iter(self.encode_texts([t for text in texts for t in ([text] if isinstance(text, str) else text)]))
         return [next(flat) if isinstance(text, str) else [next(flat) for _ in text] for text in texts]
+
+    def encode_texts(self, texts: list[str]) -> list[Split | Offsets]:
+        """Each text's encoding (the Rust part), placed (encode/positions.py): without the tokenizer's
+        character offsets where its added tokens place the tokens, which spares it a fourth of its work."""
+        if self.added.reason is None:
+            return [Split(encoding, text, self.added, self.backend)
+                    for encoding, text in zip(self.backend.encode_batch_fast(texts, add_special_tokens=False), texts)]
+        return [Offsets(encoding) for encoding in self.backend.encode_batch(texts, add_special_tokens=False)]
 
     def finish(self, batch: list[Conversation], rendered: list[Rendered | Problem],
                encodings: list) -> list[TokenizedConversation]:
@@ -141,7 +150,7 @@ class Encoder:
         expanded = [s.text for item, encoding in zip(rendered, encodings) if not isinstance(item, Problem)
                     and not _own_render(item.chosen[0], item) and not isinstance(encoding, list)
                     for s in item.chosen[0]]
-        extra = iter(self.backend.encode_batch(expanded, add_special_tokens=False) if expanded else ())
+        extra = iter(self.encode_texts(expanded) if expanded else ())
         out = []
         for conversation, item, encoding in zip(batch, rendered, encodings):
             if isinstance(item, Problem):
