@@ -327,7 +327,7 @@ def test_spans_follow_transformers_overlap_rule(tokenizer, text):
              [(0, end), (1, 2)], [(3, 3)]]
     for spans in cases:
         expected = [int(any(a < e and b > s for s, e in spans)) for a, b in encoding.offsets]
-        for placed in (Offsets(encoding), Split(fast, text, added, backend)):
+        for placed in (Offsets(encoding, text, backend), Split(fast, text, added, backend)):
             if all(f[0] >= p[1] for p, f in zip(spans, spans[1:])):
                 assert spans_to_mask(spans, placed, len(encoding.ids)).tolist() == expected, spans
             assert spans_to_mask(spans, placed, len(encoding.ids)).tolist() == \

@@ -55,7 +55,7 @@ def both(tokenizer: Tokenizer, text: str) -> tuple[Offsets, callable]:
     assert fast.ids == encoding.ids
     added = AddedTokens.of(tokenizer)
     assert added.reason is None
-    return Offsets(encoding), lambda: Split(fast, text, added, tokenizer)  # a fresh one a question: none answers from an earlier fall-back
+    return Offsets(encoding, text, tokenizer), lambda: Split(fast, text, added, tokenizer)  # a fresh one a question: none answers from an earlier fall-back
 
 
 @pytest.mark.parametrize("kind", sorted(TOKENIZERS))

@@ -141,7 +141,8 @@ class Encoder:
         if self.added.reason is None:
             return [Split(encoding, text, self.added, self.backend)
                     for encoding, text in zip(self.backend.encode_batch_fast(texts, add_special_tokens=False), texts)]
-        return [Offsets(encoding) for encoding in self.backend.encode_batch(texts, add_special_tokens=False)]
+        return [Offsets(encoding, text, self.backend)
+                for encoding, text in zip(self.backend.encode_batch(texts, add_special_tokens=False), texts)]
 
     def finish(self, batch: list[Conversation], rendered: list[Rendered | Problem],
                encodings: list) -> list[TokenizedConversation]:

@@ -26,6 +26,7 @@ from bisect import bisect_right
 from dataclasses import dataclass
 
 import numpy as np
+from tokenizers.pre_tokenizers import ByteLevel
 
 # Rust regex's \s, which tokenizers' lstrip/rstrip take: Unicode White_Space (Python's str.isspace also
 # counts U+001C-U+001F)
@@ -94,7 +95,7 @@ def _unplaceable(backend, tokens: dict) -> str | None:
     model, vocab = spec["model"], backend.get_vocab(with_added_tokens=True)
     byte_level = any(s["type"] == "ByteLevel" for s in _steps(spec.get("pre_tokenizer")))
     if model["type"] != "BPE" or not (
-            byte_level and all(c in vocab for c in _byte_level_alphabet())
+            byte_level and all(c in vocab for c in ByteLevel.alphabet())
             or model.get("byte_fallback") and all(f"<0x{b:02X}>" in vocab for b in range(256))
             or model.get("unk_token") in vocab):
         return "its model may leave a character without a token"
@@ -108,12 +109,6 @@ def _steps(part: dict | None) -> list[dict]:
     return [s for p in nested for s in _steps(p)] if part["type"] == "Sequence" else [part]
 
 
-def _byte_level_alphabet() -> list[str]:
-    from tokenizers.pre_tokenizers import ByteLevel
-
-    return ByteLevel.alphabet()
-
-
 def token_ids(encoding) -> np.ndarray:
     """The encoding's ids as int32, through a C unsigned int array: tokenizers' ids are unsigned 32-bit,
     below 2**31 for any vocabulary (verify checks every id against the tokenizer's size, and one of 2**31 or
@@ -123,12 +118,17 @@ def token_ids(encoding) -> np.ndarray:
     return np.frombuffer(array("I", encoding.ids), dtype=np.int32)
 
 
-class Offsets:
-    """An encoding with the tokenizer's character offsets, asked directly."""
-    __slots__ = ("encoding",)
+def alone(backend, text: str) -> list[int]:
+    """The ids of `text` tokenized by itself."""
+    return backend.encode_batch_fast([text], add_special_tokens=False)[0].ids
 
-    def __init__(self, encoding):
-        self.encoding = encoding
+
+class Offsets:
+    """An encoding of `text` with the tokenizer's character offsets, asked directly."""
+    __slots__ = ("encoding", "text", "backend")
+
+    def __init__(self, encoding, text: str, backend):
+        self.encoding, self.text, self.backend = encoding, text, backend
 
     @property
     def ids(self) -> list[int]:
@@ -141,8 +141,9 @@ class Offsets:
     def id_array(self) -> np.ndarray:
         return token_ids(self.encoding)
 
-    def char_to_token(self, char: int) -> int | None:
-        return self.encoding.char_to_token(char)
+    def alone(self, start: int, end: int) -> list[int]:
+        """The ids of the text's characters [start, end) tokenized by themselves."""
+        return alone(self.backend, self.text[start:end])
 
     def holding(self, char: int) -> tuple[int, int, int | None] | None:
         """(the token holding character `char`, its first character, its end), or None."""
@@ -180,11 +181,12 @@ class Offsets:
 class Split:
     """An encoding without offsets, placed at its added tokens (the module says how); the Offsets of its
     text where that cannot answer. Answers as Offsets does, for the same text."""
-    __slots__ = ("encoding", "text", "added", "backend", "_ids", "_starts", "_ends", "_at", "_full")
+    __slots__ = ("encoding", "text", "added", "backend", "_ids", "_starts", "_ends", "_at", "_full", "_prefix")
 
     def __init__(self, encoding, text: str, added: AddedTokens, backend):
         self.encoding, self.text, self.added, self.backend = encoding, text, added, backend
         self._ids = self._starts = self._full = None
+        self._prefix = (0, 0, [])  # the last piece's prefix tokenized by holding: (start, end, ids)
 
     @property
     def ids(self) -> list[int]:
@@ -199,13 +201,16 @@ class Split:
     def offsets(self) -> list[tuple[int, int]]:
         return self.full().offsets
 
-    def char_to_token(self, char: int) -> int | None:
-        return self.full().char_to_token(char)
+    def alone(self, start: int, end: int) -> list[int]:
+        """As Offsets.alone; a prefix holding tokenized already is not tokenized again (turn_spans' proof
+        asks for the one its `holding` placed the turn's start by)."""
+        cached_start, cached_end, ids = self._prefix
+        return ids if (cached_start, cached_end) == (start, end) else alone(self.backend, self.text[start:end])
 
     def full(self) -> Offsets:
         """The text's encoding with offsets (its ids are this one's: tokenizers encodes both alike)."""
         if self._full is None:
-            self._full = Offsets(self.backend.encode(self.text, add_special_tokens=False))
+            self._full = Offsets(self.backend.encode(self.text, add_special_tokens=False), self.text, self.backend)
         return self._full
 
     def _placed(self) -> bool:
@@ -231,10 +236,11 @@ class Split:
         piece_start, first = (self._ends[k], self._at[k] + 1) if k >= 0 else (0, 0)
         after = self._at[k + 1] if k + 1 < len(self._at) else len(self._ids)  # the piece's tokens: first..after-1
         if char > piece_start and first < after:
-            prefix = self.backend.encode_batch_fast([self.text[piece_start:char]], add_special_tokens=False)[0].ids
+            prefix = alone(self.backend, self.text[piece_start:char])
             first += len(prefix)
             if not prefix or first >= after or self._ids[first - len(prefix):first].tolist() != prefix:
                 return self.full().holding(char)
+            self._prefix = (piece_start, char, prefix)
         elif first == after:  # a piece without a token: not under _unplaceable's tokenizers
             return self.full().holding(char)
         return first, char, None

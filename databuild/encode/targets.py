@@ -90,7 +90,7 @@ def turn_spans(encoder, sample: Sample, placed, ids: np.ndarray) -> tuple[list[t
                 continue
             last_special = next((k for k in range(first - 1, -1, -1) if ids[k] in special_ids), -1)
             cut = placed.token_end(last_special) if last_special >= 0 else 0
-            tail = encoder.backend.encode(sample.text[cut:start], add_special_tokens=False).ids if cut < start else []
+            tail = placed.alone(cut, start) if cut < start else []
             if token_start == start and ids[last_special + 1:first].tolist() == tail:
                 spans.append((start, end))
                 continue

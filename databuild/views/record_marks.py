@@ -192,11 +192,12 @@ def _placed(renderer, conversation, sample) -> list[tuple[str, int, int, bool]]:
                   for (message, kind, which), (start, end) in regions.items())
 
 
-def _token_regions(encoding, fields: list[tuple[str, int, int, bool]]) -> Iterable[TokenRegion]:
+def _token_regions(placed, fields: list[tuple[str, int, int, bool]]) -> Iterable[TokenRegion]:
+    """`placed`: the sample's encoding as encode/positions.py places it."""
     for kind, start, end, name_only in fields:
-        first, last = encoding.char_to_token(start), encoding.char_to_token(end - 1)
+        first, last = placed.holding(start), placed.holding(end - 1)
         if first is not None and last is not None:
-            yield TokenRegion(first, last + 1, kind, name_only)
+            yield TokenRegion(first[0], last[0] + 1, kind, name_only)
 
 
 def _locate(row: StoredRow, segment: int, parts: list[Part]) -> tuple[list[TokenRegion], dict] | None:
