@@ -428,3 +428,64 @@ def test_a_child_with_other_packages_than_the_build_loads_nothing():
     elsewhere = {**here, "jinja2": "/elsewhere/jinja2/__init__.py"}
     with pytest.raises(BuildError, match="imported jinja2 from .* the build's process from /elsewhere/jinja2"):
         _loaded_pickled(elsewhere, lambda: (1, [2]))
+
+
+def test_an_encoder_passed_on_is_sent_as_it_came_and_its_tokenizer_built_only_where_it_encodes(tiny_config,
+                                                                                                 monkeypatch):
+    """The build's process unpickles the encoder its tokenizer's loader sends (for its pins) and pickles it
+    again for its workers. Neither step builds the tokenizer (~0.2 s of the GIL, which the source pass's
+    threads share, on the way to the workers): the bytes go on as they came. A worker builds it, once,
+    and encodes as the encoder that was pickled."""
+    import pickle
+
+    import tokenizers
+
+    from databuild.prepare import prepare
+
+    built, tokenizer = [], tokenizers.Tokenizer
+
+    class Counted:
+        @staticmethod
+        def from_str(text):
+            built.append(len(text))
+            return tokenizer.from_str(text)
+
+    with prepare(tiny_config) as prepared:
+        batch = list(islice(prepared.conversations(), 8))
+        encoder = prepared.encoder
+    sent = pickle.dumps(encoder)
+    monkeypatch.setattr(tokenizers, "Tokenizer", Counted)
+    passed_on = pickle.loads(sent)
+    assert pickle.dumps(passed_on) == sent and built == []
+    in_worker = pickle.loads(pickle.dumps(passed_on))
+    got, expected = in_worker.encode_batch(batch), encoder.encode_batch(batch)
+    assert len(built) == 1
+    assert [(t.input_ids.tolist(), t.loss_mask.tolist()) for t in got] == \
+        [(t.input_ids.tolist(), t.loss_mask.tolist()) for t in expected]
+    in_worker.encode_batch(batch)
+    assert len(built) == 1
+
+
+def test_an_encode_process_never_imports_pandas(tiny_config, monkeypatch):
+    """pyarrow imports pandas at a process's first array to or from numpy (~0.5 s): the workers read their
+    batches from the spill without one, so that each does not spend it at its first batch, all at once,
+    when the build's encoding starts. Every worker is asked, after each has encoded batches."""
+    from databuild.prepare import prepare
+    from databuild.executors.local import LocalEncoding
+
+    monkeypatch.setenv("DATABUILD_CORES", "8")
+    with prepare(tiny_config) as prepared:
+        with LocalEncoding(prepared.encoder, 2) as local:
+            assert sum(1 for _ in local.stream(prepared.batches(2, by_reference=True))) > 0
+            seen: dict[int, bool] = {}
+            for _ in range(400):  # until each worker has answered
+                seen.update([local.pool.submit(_pandas_imported).result()])
+                if len(seen) == 2:
+                    break
+            workers = {p.pid for p in local.pool._processes.values()}
+    assert set(seen) == workers and not any(seen.values()), seen
+
+
+def _pandas_imported() -> tuple[int, bool]:
+    time.sleep(0.01)  # so that one worker does not take every call
+    return os.getpid(), "pandas" in sys.modules

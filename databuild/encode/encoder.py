@@ -77,20 +77,30 @@ class Encoder:
             self.strategy.closings)
             if stop_tokens_in_fields == "refuse" else frozenset())
         self.special_tokens = stop_pattern(frozenset(special))  # the token after a turn, to name an undeclared end
-        self.backend = tokenizer.backend_tokenizer
+        self._backend, self._backend_json = tokenizer.backend_tokenizer, None
         self.tokenizer_size = len(tokenizer)  # every token id is below it: verify checks each one against it
         self.switched_off = switch_off_truncation_and_padding(self.backend)
         self.added = AddedTokens.of(self.backend)  # where the added tokens cut a text: its tokens placed without offsets
 
+    @property
+    def backend(self):
+        """The tokenizer (tokenizers.Tokenizer). An unpickled encoder builds it at its first use: building
+        it holds the GIL (~0.2 s for a 32k vocabulary), which a process that only reads the encoder's pins
+        or passes it on (the build's, whose encode processes tokenize) need not spend, nor make its source
+        pass's threads wait for."""
+        if self._backend is None:
+            from tokenizers import Tokenizer
+
+            self._backend = Tokenizer.from_str(self._backend_json)
+        return self._backend
+
     def __getstate__(self):
-        state = {k: v for k, v in self.__dict__.items() if k != "backend"}
-        return {**state, "backend_json": self.backend.to_str()}
+        state = {k: v for k, v in self.__dict__.items() if k not in ("_backend", "_backend_json")}
+        return {**state, "backend_json": self._backend_json if self._backend is None else self._backend.to_str()}
 
     def __setstate__(self, state):
-        from tokenizers import Tokenizer
-
         self.__dict__.update({k: v for k, v in state.items() if k != "backend_json"})
-        self.backend = Tokenizer.from_str(state["backend_json"])
+        self._backend, self._backend_json = None, state["backend_json"]
 
     def render(self, batch: list[Conversation]) -> list[Rendered | Problem]:
         """Each conversation's render and targets, or the Problem that refuses it."""
@@ -138,11 +148,12 @@ class Encoder:
     def encode_texts(self, texts: list[str]) -> list[Split | Offsets]:
         """Each text's encoding (the Rust part), placed (encode/positions.py): without the tokenizer's
         character offsets where its added tokens place the tokens, which spares it a fourth of its work."""
+        backend = self.backend
         if self.added.reason is None:
-            return [Split(encoding, text, self.added, self.backend)
-                    for encoding, text in zip(self.backend.encode_batch_fast(texts, add_special_tokens=False), texts)]
-        return [Offsets(encoding, text, self.backend)
-                for encoding, text in zip(self.backend.encode_batch(texts, add_special_tokens=False), texts)]
+            return [Split(encoding, text, self.added, backend)
+                    for encoding, text in zip(backend.encode_batch_fast(texts, add_special_tokens=False), texts)]
+        return [Offsets(encoding, text, backend)
+                for encoding, text in zip(backend.encode_batch(texts, add_special_tokens=False), texts)]
 
     def finish(self, batch: list[Conversation], rendered: list[Rendered | Problem],
                encodings: list) -> list[TokenizedConversation]:

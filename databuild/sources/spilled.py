@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from itertools import accumulate
 from pathlib import Path
 from typing import Iterator
 
@@ -38,20 +39,21 @@ def open_bucket(path: Path) -> pa.Table:
 
 def conversations_of(table: pa.Table) -> list[Conversation]:
     """The conversations of rows of a bucket file (or of a table in its columns), in the table's order."""
-    positions = table.column("position").to_numpy()
-    indices = table.column("index").to_numpy()
+    # to_pylist, not to_numpy: pyarrow's first conversion to or from numpy in a process imports pandas
+    # (~0.5 s), which an encode process never needs otherwise and would spend at its first batch
+    positions, indices = table.column("position").to_pylist(), table.column("index").to_pylist()
     ids, sources = table.column("id").to_pylist(), table.column("source").to_pylist()
     tools = [None if text is None else json.loads(text) for text in table.column("tools").to_pylist()]
     # Column by column: one Python list per field, not a dict per row and per message.
     messages = table.column("messages").combine_chunks()
-    ends = np.cumsum(pc.fill_null(pc.list_value_length(messages), 0).to_numpy(zero_copy_only=False)).tolist()
+    ends = list(accumulate(length or 0 for length in pc.list_value_length(messages).to_pylist()))  # null: none
     flat = messages.flatten()
     # The Tulu schema's key order, which `datasets` and apply_chat_template give the template; a
     # message's other fields after them, in the source's order.
     dicts = [{"content": content, "role": role} if fields is None else
              {"content": content, "role": role, **json.loads(fields)} for content, role, fields in
              zip(*(pc.struct_field(flat, name).to_pylist() for name in ("content", "role", "fields")))]
-    return [Conversation(Origin(int(positions[k]), int(indices[k]), ids[k] or "", sources[k] or ""),
+    return [Conversation(Origin(positions[k], indices[k], ids[k] or "", sources[k] or ""),
                          messages=tuple(dicts[(ends[k - 1] if k else 0):ends[k]]), tools=tools[k])
             for k in range(len(positions))]
 
@@ -65,9 +67,16 @@ def _rows_of(table: pa.Table, rows: np.ndarray) -> pa.Table:
     chunk_of = np.searchsorted(starts, rows, side="right") - 1
     order = np.argsort(chunk_of, kind="stable")
     by_chunk = rows[order], chunk_of[order]
-    picked = [chunks[c].take(pa.array(by_chunk[0][by_chunk[1] == c] - starts[c])) for c in np.unique(chunk_of)]
+    picked = [chunks[c].take(_indices(by_chunk[0][by_chunk[1] == c] - starts[c])) for c in np.unique(chunk_of)]
     # `picked` holds the rows in the order `order` put them in; its inverse puts them back
-    return pa.Table.from_batches(picked, schema=table.schema).take(pa.array(np.argsort(order, kind="stable")))
+    return pa.Table.from_batches(picked, schema=table.schema).take(_indices(np.argsort(order, kind="stable")))
+
+
+def _indices(rows: np.ndarray) -> pa.Array:
+    """Row numbers as an arrow array made from their buffer: not pa.array, which imports pandas at its
+    first call in a process (conversations_of says why a worker should not)."""
+    rows = np.ascontiguousarray(rows, dtype=np.int64)
+    return pa.Array.from_buffers(pa.int64(), len(rows), [None, pa.py_buffer(rows)])
 
 
 @dataclass(frozen=True)
