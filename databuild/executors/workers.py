@@ -59,8 +59,10 @@ def start_worker(encoder_file: str, written, threads: int, origins: dict[str, st
         _worker_encoder = pickle.loads(Path(encoder_file).read_bytes())
     except FileNotFoundError:  # the build ended (stopped, or its encoder failed) without writing it: nothing to do
         os._exit(0)
-    # Compiling the templates now (cheap once the fork server has imported transformers), not at the
-    # first batch, when every worker would do it at once with the driver waiting.
+    # The tokenizer built (Encoder.backend) and the templates compiled now (cheap once the fork server has
+    # imported transformers), not at the first batch, when every worker would do it at once with the driver
+    # waiting.
+    _worker_encoder.backend  # noqa: B018
     _worker_encoder.renderer.compile()
 
 
