@@ -61,6 +61,10 @@ class PairEncoder:
     def renderer(self):
         return self.encoder.renderer
 
+    @property
+    def backend(self):  # its tokenizer, which a worker builds as it starts (executors/workers.start_worker)
+        return self.encoder.backend
+
     def render(self, batch: list) -> list:
         """Per record: its Problem, or (the prompt's text, the whole conversations, their renders)."""
         return [self._render(record) for record in batch]
