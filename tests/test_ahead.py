@@ -167,3 +167,42 @@ def test_what_cannot_stand_for_the_positions_is_encoded_again(batches):
     again = [[tokenized(0, 0)], [tokenized(1, 1)]]
     ahead = EncodedAhead(batches, 2, {}, lambda: ["batch 0", "batch 1"])
     assert results(ahead, again) == ([(0, 0, None), (1, 0, None)], 2)
+
+
+def test_a_batch_sent_ahead_never_holds_the_source_pass_up(tiny_config, monkeypatch):
+    """The pool's own submit can wait for seconds: while the pool starts its processes, each start waits for
+    the fork server's imports, and every submit waits for the pool's lock meanwhile. A pass thread hands its
+    batch on and goes on (executors/local.py `_sent_ahead`): the batches reach the pool from a thread of their
+    own, in the order sent, once it takes them, and each future sent ahead is its batch's result."""
+    import threading
+    import time
+    from itertools import islice
+
+    from databuild.executors.local import LocalEncoding
+    from databuild.executors.workers import from_columns
+    from databuild.prepare import prepare
+
+    monkeypatch.setenv("DATABUILD_CORES", "8")
+    opened, order = threading.Event(), []
+    with prepare(tiny_config) as prepared, LocalEncoding(prepared.encoder, 2) as local:
+        batches = list(islice(prepared.batches(2, by_reference=True), 3))
+        submit = local._submit
+
+        def held(batch):  # a pool that takes nothing for a while, as one whose processes are starting
+            opened.wait(timeout=5)
+            order.append(batch)
+            return submit(batch)
+
+        monkeypatch.setattr(local, "_submit", held)
+        send = local.ahead()
+        started = time.monotonic()
+        futures = [send(batch) for batch in batches]
+        handed_on = time.monotonic() - started
+        waiting = [future.done() for future in futures]
+        opened.set()
+        results = [from_columns(future.result(timeout=120)) for future in futures]
+        expected = [prepared.encoder.encode_batch(batch.read()) for batch in batches]
+    assert handed_on < 1 and waiting == [False] * 3
+    assert order == batches
+    assert [[(t.input_ids.tolist(), t.loss_mask.tolist()) for t in r] for r in results] == \
+        [[(t.input_ids.tolist(), t.loss_mask.tolist()) for t in e] for e in expected]

@@ -13,7 +13,7 @@ import os
 import pickle
 import tempfile
 import threading
-from concurrent.futures import Future, ProcessPoolExecutor, wait
+from concurrent.futures import CancelledError, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
@@ -55,6 +55,8 @@ class LocalEncoding:
         self.written = None  # set once the encoder's file is written (or will not be): the workers wait for it
         self.in_flight: set[Future] = set()  # the stream's batches sent to the workers and not done
         self.begun = False  # whether a stream's batches (or its first positions, sent ahead) are being sent
+        self.sender: ThreadPoolExecutor | None = None  # sends the batches of the first positions to the pool
+        self.closing = False
 
     def __enter__(self) -> LocalEncoding:
         if self.workers == 1:
@@ -77,6 +79,7 @@ class LocalEncoding:
             self.starting = threading.Thread(target=self._start_workers, args=(encoder_file,),
                                              name="databuild-start-workers", daemon=True)
             self.starting.start()
+            self.sender = ThreadPoolExecutor(max_workers=1, thread_name_prefix="databuild-send-ahead")
         except BaseException:
             self.__exit__()
             raise
@@ -133,15 +136,32 @@ class LocalEncoding:
         return self._sent_ahead
 
     def _sent_ahead(self, batch: SpilledBatch) -> Future:
-        """A batch of the first positions sent to the workers, from a thread of the source pass, which it must
-        never stop: a pool that cannot take it (its workers gone, as when their encoder could not be written)
-        gives a failed future, and the stream says why when it starts (`stream`)."""
+        """A batch of the first positions sent to the workers, for a thread of the source pass, which this
+        must never stop nor hold up. The pool's own submit can wait for seconds: while the pool starts its
+        processes (at its first calls, from the thread that starts the workers), each start waits for the
+        fork server's imports, and every submit waits for the pool's lock meanwhile. A pass thread that
+        submitted itself stood still until then, and with it every part it would have read (the device's
+        busy cores fell to 1-5 of 16 for ~1 s: bench/README, "Eleventh round"). So the batch goes to the pool
+        from a thread of its own, in the order sent; the future this returns is that submission's. A pool
+        that cannot take it (its workers gone, as when their encoder could not be written) gives a failed
+        future, and the stream says why when it starts (`stream`)."""
+        sent: Future = Future()
         try:
-            return self._submit(batch)
+            self.sender.submit(self._send_ahead, batch, sent)
+        except Exception as exc:  # the sender is shut down: the encoding has ended
+            sent.set_exception(exc)
+        return sent
+
+    def _send_ahead(self, batch: SpilledBatch, sent: Future) -> None:
+        if self.closing:
+            sent.set_exception(CancelledError())
+            return
+        try:
+            submitted = self._submit(batch)
         except Exception as exc:
-            failed = Future()
-            failed.set_exception(exc)
-            return failed
+            sent.set_exception(exc)
+            return
+        submitted.add_done_callback(lambda done: _pass_on(done, sent))
 
     def _begin(self) -> None:
         """A stream's start (or its first positions', sent ahead): a later stream (the training build's, after
@@ -178,6 +198,10 @@ class LocalEncoding:
         return future
 
     def __exit__(self, *exc) -> None:
+        if self.sender is not None:  # what it still holds is not sent: the encoding has ended
+            self.closing = True
+            self.sender.shutdown(wait=True)
+            self.sender = None
         if self.starting is not None:
             self.starting.join()
             self.starting = None
@@ -190,6 +214,16 @@ class LocalEncoding:
         if self.folder is not None:
             self.folder.cleanup()
             self.folder = None
+
+
+def _pass_on(done: Future, sent: Future) -> None:
+    """`done`'s outcome, given to `sent`."""
+    if done.cancelled():
+        sent.set_exception(CancelledError())
+    elif done.exception() is not None:
+        sent.set_exception(done.exception())
+    else:
+        sent.set_result(done.result())
 
 
 def encode_stream(conversations: Iterable[Conversation], encoder: Encoder, batch_size: int,
