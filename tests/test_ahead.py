@@ -179,7 +179,6 @@ def test_a_batch_sent_ahead_never_holds_the_source_pass_up(tiny_config, monkeypa
     from itertools import islice
 
     from databuild.executors.local import LocalEncoding
-    from databuild.executors.workers import from_columns
     from databuild.prepare import prepare
 
     monkeypatch.setenv("DATABUILD_CORES", "8")
@@ -200,7 +199,7 @@ def test_a_batch_sent_ahead_never_holds_the_source_pass_up(tiny_config, monkeypa
         handed_on = time.monotonic() - started
         waiting = [future.done() for future in futures]
         opened.set()
-        results = [from_columns(future.result(timeout=120)) for future in futures]
+        results = [local._taken(future) for future in futures]  # as the stream takes them
         expected = [prepared.encoder.encode_batch(batch.read()) for batch in batches]
     assert handed_on < 1 and waiting == [False] * 3
     assert order == batches

@@ -13,7 +13,7 @@ import os
 import pickle
 import tempfile
 import threading
-from concurrent.futures import CancelledError, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
@@ -56,7 +56,6 @@ class LocalEncoding:
         self.in_flight: set[Future] = set()  # the stream's batches sent to the workers and not done
         self.begun = False  # whether a stream's batches (or its first positions, sent ahead) are being sent
         self.sender: ThreadPoolExecutor | None = None  # sends the batches of the first positions to the pool
-        self.closing = False
 
     def __enter__(self) -> LocalEncoding:
         if self.workers == 1:
@@ -142,26 +141,15 @@ class LocalEncoding:
         fork server's imports, and every submit waits for the pool's lock meanwhile. A pass thread that
         submitted itself stood still until then, and with it every part it would have read (the device's
         busy cores fell to 1-5 of 16 for ~1 s: bench/README, "Eleventh round"). So the batch goes to the pool
-        from a thread of its own, in the order sent; the future this returns is that submission's. A pool
-        that cannot take it (its workers gone, as when their encoder could not be written) gives a failed
-        future, and the stream says why when it starts (`stream`)."""
-        sent: Future = Future()
+        from a thread of its own, in the order sent: the future this returns is of the pool's future for it,
+        which `_taken` takes through. A pool that cannot take it (its workers gone, as when their encoder
+        could not be written) gives a failed future, and the stream says why when it starts (`stream`)."""
         try:
-            self.sender.submit(self._send_ahead, batch, sent)
+            return self.sender.submit(self._submit, batch)
         except Exception as exc:  # the sender is shut down: the encoding has ended
-            sent.set_exception(exc)
-        return sent
-
-    def _send_ahead(self, batch: SpilledBatch, sent: Future) -> None:
-        if self.closing:
-            sent.set_exception(CancelledError())
-            return
-        try:
-            submitted = self._submit(batch)
-        except Exception as exc:
-            sent.set_exception(exc)
-            return
-        submitted.add_done_callback(lambda done: _pass_on(done, sent))
+            failed = Future()
+            failed.set_exception(exc)
+            return failed
 
     def _begin(self) -> None:
         """A stream's start (or its first positions', sent ahead): a later stream (the training build's, after
@@ -187,7 +175,10 @@ class LocalEncoding:
     def _taken(self, item: Future | EncodedAhead) -> Iterable[TokenizedConversation]:
         if isinstance(item, EncodedAhead):  # sent already, as the source pass took it
             return item.results(self._submit, self._taken, 2 * self.workers)
-        return from_columns(item.result())
+        result = item.result()
+        if isinstance(result, Future):  # a batch sent ahead: the sender's future of the pool's (_sent_ahead)
+            result = result.result()
+        return from_columns(result)
 
     def _submit(self, batch) -> Future | EncodedAhead:
         if isinstance(batch, EncodedAhead):
@@ -199,8 +190,7 @@ class LocalEncoding:
 
     def __exit__(self, *exc) -> None:
         if self.sender is not None:  # what it still holds is not sent: the encoding has ended
-            self.closing = True
-            self.sender.shutdown(wait=True)
+            self.sender.shutdown(wait=True, cancel_futures=True)
             self.sender = None
         if self.starting is not None:
             self.starting.join()
@@ -214,16 +204,6 @@ class LocalEncoding:
         if self.folder is not None:
             self.folder.cleanup()
             self.folder = None
-
-
-def _pass_on(done: Future, sent: Future) -> None:
-    """`done`'s outcome, given to `sent`."""
-    if done.cancelled():
-        sent.set_exception(CancelledError())
-    elif done.exception() is not None:
-        sent.set_exception(done.exception())
-    else:
-        sent.set_result(done.result())
 
 
 def encode_stream(conversations: Iterable[Conversation], encoder: Encoder, batch_size: int,
