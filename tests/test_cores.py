@@ -456,7 +456,9 @@ def test_an_encoder_passed_on_is_sent_as_it_came_and_its_tokenizer_built_only_wh
     sent = pickle.dumps(encoder)
     monkeypatch.setattr(tokenizers, "Tokenizer", Counted)
     passed_on = pickle.loads(sent)
-    assert pickle.dumps(passed_on) == sent and built == []
+    # the tokenizer's JSON as it came (the pickles themselves may differ: a frozenset's order is the hash's)
+    again = pickle.loads(pickle.dumps(passed_on))
+    assert built == [] and again.__getstate__()["backend_json"] == encoder.__getstate__()["backend_json"]
     in_worker = pickle.loads(pickle.dumps(passed_on))
     got, expected = in_worker.encode_batch(batch), encoder.encode_batch(batch)
     assert len(built) == 1
