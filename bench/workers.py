@@ -37,6 +37,25 @@ from pathlib import Path  # noqa: E402
 
 os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 
+
+def _start_as_make_does(argv: list[str]) -> None:
+    """A make path's encode processes' fork server, started before this process imports anything more, as
+    `databuild make` starts it before it reads the config (cli_make.make: the bench's builds are forced)."""
+    if len(argv) != 2:  # a part of the parallel floor (--part)
+        return
+    job = json.loads(Path(argv[1]).read_text())
+    if job["path"] != "make":
+        return
+    try:
+        from databuild.executors import start_early
+    except ImportError:  # a databuild (--databuild) from before it
+        return
+    start_early("local", job["workers"])
+
+
+if __name__ == "__main__":
+    _start_as_make_does(sys.argv)
+
 import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
@@ -315,18 +334,12 @@ def run_peer(job: dict) -> dict:
 def run_make(job: dict) -> dict:
     # What make imports, imported before it is timed (its start_and_imports_seconds counts them): not
     # transformers.AutoTokenizer, which databuild no longer imports (it imports torch where torch is installed).
-    # In the order `databuild make` takes them (cli_make.make): the config, the workers' fork server started
-    # (it builds: force), then the build's imports.
+    # In the order `databuild make` takes them (cli_make.make): the workers' fork server started (it builds:
+    # force; _start_as_make_does, as this process started), the config, then the build's imports.
     import databuild
     from databuild.config import load_config
 
     config = load_config(job["config"])
-    try:
-        from databuild.executors import start_early
-    except ImportError:  # a databuild (--databuild) from before it
-        pass
-    else:
-        start_early("local", job["workers"])
     import databuild.build
     from databuild.build import make
 

@@ -68,8 +68,16 @@ def make(name, out_dir, offline, dataset_dir, tokenizer_dir, workers, batch_size
       databuild make muse-spark-tiny-fixed512-v1 --force   # rebuild, even if up to date
       databuild make configs/slow-template.yaml --render-timeout 600
     """
-    from .config import resolve_config
     from .executors import start_early
+
+    # Where it will build with encode processes, their fork server starts first, so that its imports and the
+    # tokenizer's load run beside the config's and the build's own (pyarrow and its compute functions, the
+    # sources' formats, pandas: ~0.5 s before the config is read). It builds for sure with --force, or where
+    # --out holds no build of any name (publish/manifest.manifest_path's names); else it starts once the
+    # config names its output and no build of that name is there (build.make starts it too, and finds it
+    # running).
+    early = (force or not any(out_dir.glob("*.manifest.json"))) and start_early(executor, workers)
+    from .config import resolve_config
     from .publish.manifest import builds_anyway
 
     config = _overrides(resolve_config(name), dataset_dir, tokenizer_dir)
@@ -78,10 +86,7 @@ def make(name, out_dir, offline, dataset_dir, tokenizer_dir, workers, batch_size
     if config.task == "preference":
         _make_preference(config, out_dir, force, offline, workers, batch_size, executor, recipe, repin)
         return
-    # Where it will build with encode processes, their fork server starts before the build's own imports
-    # (pyarrow's pandas, the sources' formats: ~0.7 s), so that its imports and the tokenizer's load run
-    # beside them (build.make starts it too, and finds it running).
-    if builds_anyway(out_dir / f"{config.name}.parquet", force):
+    if not early and builds_anyway(out_dir / f"{config.name}.parquet", force):
         start_early(executor, workers)
     from .build import make as run_make
     from .records.row import NO_SUPERVISED_TOKEN

@@ -353,31 +353,39 @@ import databuild.executors.fork_server as fork_server
 from databuild.cli import main
 started = fork_server.start_fork_server
 def noted():
-    print("fork server started; build imported:", "databuild.build" in sys.modules, flush=True)
+    print("fork server started; config read:", "pyarrow" in sys.modules, flush=True)
     return started()
 fork_server.start_fork_server = noted
 main(sys.argv[1:])
 """
 
 
-@pytest.mark.parametrize("force, started", [(False, True), (True, True), (None, False)])
-def test_databuild_make_starts_the_fork_server_before_the_builds_imports(tmp_path, tiny_build, force, started):
-    """`databuild make` starts the workers' fork server before it imports the build (pyarrow's pandas,
-    the formats), once it knows it builds: no build in --out, or --force; not when a build is there
-    (it may be up to date: make then returns without any worker)."""
+@pytest.mark.parametrize("there, force, started", [
+    (None, False, "config read: False"),  # no build in --out: it builds, whatever the config's name
+    ("same", True, "config read: False"),  # --force: it builds
+    ("other", False, "config read: True"),  # another config's build: once the config names its own
+    ("same", False, None),  # the config's build: it may be up to date (it is), and forks nothing then
+])
+def test_databuild_make_starts_the_fork_server_before_the_config_and_the_builds_imports(tmp_path, tiny_build, there,
+                                                                                         force, started):
+    """`databuild make` starts the workers' fork server before it reads the config (pyarrow, the sources'
+    formats) and imports the build (pandas), once it knows it builds: --force, or no build of any name in
+    --out; else once the config names its output and no build of that name is there. Not when the
+    config's build is there: it may be up to date, and make then returns without any worker."""
     from conftest import TINY
 
     out = tmp_path / "out"
-    if force is None or force:  # a build there already
+    if there is not None:
         out.mkdir()
         for built in (tiny_build.parquet, tiny_build.manifest):
-            (out / built.name).write_bytes(built.read_bytes())
+            name = built.name if there == "same" else built.name.replace(TINY, "another-build")
+            (out / name).write_bytes(built.read_bytes())
     done = subprocess.run([sys.executable, "-c", CLI_STARTS_EARLY, "make", TINY, "--offline", "--out", str(out)]
-                          + ["--force"] * bool(force), capture_output=True, text=True,
+                          + ["--force"] * force, capture_output=True, text=True,
                           env={**os.environ, "DATABUILD_CORES": "8"})
     assert done.returncode == 0, done.stderr
-    lines = done.stdout.splitlines()
-    assert ("fork server started; build imported: False" in lines) == started, done.stdout
+    lines = [line for line in done.stdout.splitlines() if line.startswith("fork server started")]
+    assert lines[:1] == ([f"fork server started; {started}"] if started else []), done.stdout
     assert "built: " in done.stdout if started else "up to date" in done.stdout
 
 
