@@ -34,7 +34,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from databuild.sources.record import SOURCE_SCHEMA
+from databuild.sources.record_arrow import SOURCE_SCHEMA
 
 GENERATOR_VERSION = 1  # bump when the text or shape changes: it keys the on-disk cache
 SHARD_ROWS = 16_384

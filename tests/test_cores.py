@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pickle
 import shutil
 import subprocess
 import sys
@@ -398,6 +399,21 @@ def test_no_module_a_build_imports_makes_an_arrow_array_at_import():
     out = subprocess.run([sys.executable, "-c", "import sys, databuild.cli, databuild.build, databuild.cli_make; "
                           "print('pandas' in sys.modules)"], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False"], out.stderr
+
+
+def test_the_tokenizers_loader_takes_its_config_without_importing_pyarrow(tiny_config):
+    """The tokenizer's loader (executors/loader.py) is on the way to every worker's first batch: it
+    imports its module and unpickles the build's config, and neither imports pyarrow (~0.1 s there, with
+    its compute functions more): the config names the record's values (sources/record.py), not its Arrow
+    types (sources/record_arrow.py)."""
+    from conftest import REPO
+
+    pickled = pickle.dumps(tiny_config)
+    out = subprocess.run([sys.executable, "-c", "import pickle, sys; import databuild.executors.loader; "
+                          "config = pickle.loads(sys.stdin.buffer.read()); "
+                          "print(type(config).__name__, 'pyarrow' in sys.modules)"],
+                         input=pickled, cwd=REPO, capture_output=True, check=True)
+    assert out.stdout.decode().split() == ["BuildConfig", "False"], out.stderr.decode()
 
 
 LOADED_ELSEWHERE = """

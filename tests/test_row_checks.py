@@ -19,7 +19,7 @@ import row_checks_reference as reference
 from databuild.sources.formats import FORMATS
 from databuild.sources.mixture import Placement
 from databuild.sources.reader import source_files
-from databuild.sources.record import MESSAGE, SOURCE_SCHEMA
+from databuild.sources.record_arrow import MESSAGE, SOURCE_SCHEMA
 from databuild.sources.row_checks import RECORD_COUNTS, check_batch
 from databuild.sources.spill import Spill
 from databuild.sources.tool_checks import DataRules

@@ -50,7 +50,7 @@ def conversation_key(messages: Iterable[tuple[str, str | None, str | None]], too
 
 
 def batch_keys(batch: pa.RecordBatch, rows: np.ndarray) -> list[bytes]:
-    """The keys of `rows` of a batch of the record's schema (sources/record.SOURCE_SCHEMA)."""
+    """The keys of `rows` of a batch of the record's schema (sources/record_arrow.SOURCE_SCHEMA)."""
     if not len(rows):
         return []
     taken = batch.take(pa.array(rows))

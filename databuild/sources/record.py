@@ -22,18 +22,11 @@ import json
 import math
 from typing import Any
 
-import pyarrow as pa
-
 from ..records.conversation import REASONING_FIELDS
 from ..errors import quoted
 from ..utils import json_depth
 
-COLUMNS = ["id", "messages", "source", "tools"]
-# A message: role and content, and its other fields (EXTRA_FIELDS) as one JSON object text, null
-# when it has none; a conversation's tools list as JSON text, null when it has none.
-MESSAGE = pa.struct([("content", pa.string()), ("role", pa.string()), ("fields", pa.string())])
-SOURCE_SCHEMA = pa.schema([("id", pa.string()), ("messages", pa.list_(MESSAGE)), ("source", pa.string()),
-                           ("tools", pa.string())])
+COLUMNS = ["id", "messages", "source", "tools"]  # its Arrow types: record_arrow.SOURCE_SCHEMA
 ROLES = ("system", "developer", "user", "assistant", "tool")
 TRAIN = "train"  # a message's training flag (encode/turns.py): a boolean, read under train_turns: flagged
 EXTRA_FIELDS = ("tool_calls", "tool_call_id", "name") + REASONING_FIELDS + (TRAIN,)  # beside role and content
@@ -190,25 +183,3 @@ def tools_text(value: Any) -> tuple[str | None, str | None]:
         return None, problem
     return (value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)), None
 
-
-# Arrow types whose Python values are JSON values (to_pylist gives str, int, float, bool, list, dict).
-def json_type_problem(kind: pa.DataType, where: str) -> str | None:
-    """Why values of `kind` are not JSON values (naming the nested field `where`), or None."""
-    if (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_boolean(kind)
-            or pa.types.is_integer(kind) or pa.types.is_float32(kind) or pa.types.is_float64(kind)
-            or pa.types.is_null(kind)):
-        return None
-    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
-        return json_type_problem(kind.value_type, f"{where}[]")
-    if pa.types.is_struct(kind):
-        for child in kind:
-            problem = json_type_problem(child.type, f"{where}.{child.name}")
-            if problem is not None:
-                return problem
-        return None
-    if pa.types.is_map(kind):
-        return (f"{where} is a parquet map ({kind}), which has no JSON value: store it as JSON text (a string) or as "
-                "datasets' Json type")
-    if isinstance(kind, pa.JsonType):  # `datasets`' Json: JSON text, read as the value it holds
-        return None
-    return f"{where} is {kind}, which has no JSON value"

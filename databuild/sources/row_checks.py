@@ -22,7 +22,8 @@ import pyarrow.compute as pc
 from ..records.conversation import REASONING_FIELDS
 from ..records.problems import MALFORMED, BadConversation, Problem, bad_conversation
 from .buffers import int32_values, lengths, present, validity
-from .record import MESSAGE, ROLES, SOURCE_SCHEMA, unknown_role
+from .record import ROLES, unknown_role
+from .record_arrow import MESSAGE, SOURCE_SCHEMA
 from .tool_checks import TOOL_COUNTS, tool_call_findings
 
 if TYPE_CHECKING:

@@ -1,5 +1,5 @@
 """Source formats: one adapter per schema of SFT data, each mapping a batch as it is read to the one
-conversation record (`record.SOURCE_SCHEMA`: id, messages of content/role/fields, source, tools),
+conversation record (`record_arrow.SOURCE_SCHEMA`: id, messages of content/role/fields, source, tools),
 so that the checks, the spill and everything after them see that record alone. A new format is one
 small module with an `Adapter` subclass, and its name here. The preference formats (issue 34,
 formats/preference.py) are named apart, in PREFERENCE_FORMATS: a preference build reads those alone."""

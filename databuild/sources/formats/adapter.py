@@ -1,6 +1,6 @@
 """What every format shares: the `Adapter` base, which reads the `id`, `source` and `tools` columns (or
 their stand-ins) the same way for every format, checks a message list's schema, refuses the columns
-and fields the format does not know, and builds a batch in the normalised record (record.SOURCE_SCHEMA)
+and fields the format does not know, and builds a batch in the normalised record (record_arrow.SOURCE_SCHEMA)
 from the Arrow building blocks in formats/values.py."""
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from ...errors import quoted
 from ...records.problems import FileRows
 from ..buffers import lengths, present
 from ..json_rows import KEY_ORDER, json_array
-from ..record import EXTRA_FIELDS, SOURCE_SCHEMA, json_type_problem
+from ..record import EXTRA_FIELDS
+from ..record_arrow import SOURCE_SCHEMA, json_type_problem
 from ..tool_checks import DataRules
 from .structs import call_structs, json_struct, struct_refusal
 from .values import Flat, is_list, is_string, message_fields, python_values, row_of, tools_texts

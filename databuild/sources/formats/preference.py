@@ -17,7 +17,7 @@ huggingface/trl@f2cd5771: `is_conversational`, `maybe_extract_prompt`, `extract_
 A column mapping renames the columns (and the messages' role and content fields) of one shape, as the
 SFT formats' mapping does: `format: {preference: implicit, chosen: better, rejected: worse}` (`mapped`).
 
-Each row becomes one conversation of the normalised record (record.SOURCE_SCHEMA), so that the
+Each row becomes one conversation of the normalised record (record_arrow.SOURCE_SCHEMA), so that the
 reader, the checks, the spill and its permutation are SFT's unchanged: the row's columns' messages in
 the order above, the first message of each column marked in its `fields` with PART (the column's
 name; for an unpaired completion `desirable` or `undesirable`). sources/preference/split.py reads the

@@ -1,5 +1,5 @@
 """The Arrow building blocks every format's adapter (formats/adapter.py) shares: a batch's messages
-flat (`Flat`) and as the normalised messages column (record.SOURCE_SCHEMA), Python values read from
+flat (`Flat`) and as the normalised messages column (record_arrow.SOURCE_SCHEMA), Python values read from
 Arrow without raising on bytes that are not UTF-8, and the conversion of a message's other fields and
 of a tools list to the record's normalised text."""
 
@@ -15,7 +15,8 @@ import pyarrow.compute as pc
 
 from ..buffers import present
 from ..json_rows import KEY_ORDER, decoded, has_json
-from ..record import MESSAGE, SOURCE_SCHEMA, fields_text, tools_text
+from ..record import fields_text, tools_text
+from ..record_arrow import MESSAGE, SOURCE_SCHEMA
 from .structs import json_struct, without_nulls
 
 MESSAGES = SOURCE_SCHEMA.field("messages").type  # list<struct<content, role, fields>>
