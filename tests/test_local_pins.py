@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+import threading
 
 import pytest
 
@@ -64,6 +65,20 @@ def test_a_source_file_changed_added_or_removed_is_refused(tmp_path, change, mes
     # the change may be the user's own data, edited on purpose: the line says how to pin it anew
     assert f"pin the folder as it is now: databuild init {TINY} --force -o {tmp_path / 'local.yaml'} with the " \
            "--tokenizer, --source, --rows and --row-tokens that wrote the config" in str(error.value)
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_unreadable_source_file_is_named_before_its_pin_and_the_hashing_stops(tmp_path):
+    """The source's files hash while their footers are read (inputs/resolve.py): a file that is not parquet
+    is refused as such, before the pin it no longer matches, as when the hashing came after; and the
+    hashing stops with it, leaving no thread behind."""
+    copy = tmp_path / "src"
+    shutil.copytree(SOURCE_DIR, copy)
+    config = load_config(content_pinned(tmp_path, copy))
+    (copy / "data" / "train-00000-of-00002.parquet").write_bytes(b"not parquet" * 1000)
+    with pytest.raises(BuildError, match=r"data/train-00000-of-00002.parquet: not a readable parquet file"):
+        make(config, tmp_path / "out", progress=False)
+    assert [thread.name for thread in threading.enumerate() if thread.name.startswith("databuild-hash")] == []
     assert not (tmp_path / "out").exists()
 
 

@@ -43,7 +43,8 @@ def hash_files(paths: list[Path], desc: str | None,
         update = bar.update if progress is None else lambda n: (bar.update(n), progress(n))
         if len(paths) <= 1:
             return [file_sha256(path, update) for path in paths]
-        with ThreadPoolExecutor(max_workers=min(len(paths), available_cores())) as pool:
+        with ThreadPoolExecutor(max_workers=min(len(paths), available_cores()),
+                                thread_name_prefix="databuild-hash-file") as pool:
             return list(pool.map(lambda path: file_sha256(path, update), paths))
 
 
@@ -52,8 +53,8 @@ class _Stopped(Exception):
 
 
 @contextmanager
-def hashing_in_background(paths: list[Path]) -> Iterator[Future]:
-    """hash_files(paths), started now on threads of its own; its future. Leaving the context stops
+def hashing_in_background(paths: list[Path], desc: str | None = None) -> Iterator[Future]:
+    """hash_files(paths, desc), started now on threads of its own; its future. Leaving the context stops
     it within a chunk, so that a failed or stopped build does not wait for it."""
     stop = threading.Event()
 
@@ -61,8 +62,8 @@ def hashing_in_background(paths: list[Path]) -> Iterator[Future]:
         if stop.is_set():
             raise _Stopped
 
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="databuild-rehash") as pool:
-        future = pool.submit(hash_files, paths, None, stopping)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="databuild-hash") as pool:
+        future = pool.submit(hash_files, paths, desc, stopping)
         try:
             yield future
         finally:

@@ -12,12 +12,12 @@ import numpy as np
 from ..config import BuildConfig, SourceSpec
 from ..errors import BuildError
 from ..sources.formats import adapter_for
-from ..sources.layout import card_patterns, fetch_patterns
+from ..sources.layout import card_patterns, fetch_patterns, split_files
 from ..sources.mixture import take_count, take_rows
 from ..sources.reader import SourceFile, source_files
 from .hub import check_cached_blob, fetch_all, fetch_hint, hub_snapshot, offline_hint, offline_mode, unreachable
 from .local import local_dir
-from .pins import TOKENIZER_PATTERNS, check_file_pins, check_shards, check_tokenizer_pins, hash_files
+from .pins import TOKENIZER_PATTERNS, check_file_pins, check_shards, check_tokenizer_pins, hashing_in_background
 
 
 @dataclass(frozen=True)
@@ -118,16 +118,29 @@ def resolve_inputs(config: BuildConfig, offline: bool = False,
 
 def _resolve_source(config: BuildConfig, spec: SourceSpec, first: int, offline: bool,
                     down: str | None) -> ResolvedSource:
-    """One source: located, its files listed and hashed from row number `first` on, its take selected."""
+    """One source: located, its files listed and hashed from row number `first` on, its take selected.
+    The files hash (threads, one per core) while their parquet footers are read and their schemas
+    checked (~0.3 s of 59 footers on a 16-core node, as long as the hashing there): an error of those
+    stops the hashing, and comes first, as when one followed the other."""
     root, origin = _source_root(config, spec, offline, down)
     where = spec.where
+
+    def located(exc: BuildError) -> BuildError:
+        return BuildError(f"{where}: {exc}; {fetch_hint(config.name)}" if origin == "hub" else f"{where}: {exc}")
+
     try:
-        files = source_files(root, spec.split, adapter_for(spec), spec.name, first)
+        paths = split_files(root, spec.split)
     except BuildError as exc:
-        raise BuildError(f"{where}: {exc}; {fetch_hint(config.name)}" if origin == "hub" else f"{where}: {exc}") from None
-    check_shards(files, spec.split, where)
+        raise located(exc) from None
+    with hashing_in_background(paths, "hashing the source") as hashing:
+        try:
+            files = source_files(root, spec.split, adapter_for(spec), spec.name, first, paths)
+        except BuildError as exc:
+            raise located(exc) from None
+        check_shards(files, spec.split, where)
+        digests = hashing.result()
     hashes = []
-    for file, (digest, size) in zip(files, hash_files([f.path for f in files], "hashing the source")):
+    for file, (digest, size) in zip(files, digests):
         if origin == "hub":
             check_cached_blob(file.path, root, f"{where}: {file.name}", digest)
         hashes.append((file.name, size, digest))

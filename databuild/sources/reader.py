@@ -40,12 +40,13 @@ class SourceFile:
         return is_json(self.name)
 
 
-def source_files(root: Path, split: str, adapter: Adapter, source: str, first: int = 0) -> list[SourceFile]:
-    """The split's files under root (sources/layout.py), in sorted name order, with their row counts,
-    a parquet file's schema checked against the adapter's format (a JSON file's, batch by batch);
-    their rows numbered from `first`."""
+def source_files(root: Path, split: str, adapter: Adapter, source: str, first: int = 0,
+                 paths: list[Path] | None = None) -> list[SourceFile]:
+    """The split's files under root (sources/layout.py; `paths`: as split_files listed them already), in
+    sorted name order, with their row counts, a parquet file's schema checked against the adapter's format
+    (a JSON file's, batch by batch); their rows numbered from `first`."""
     files = []
-    for path in split_files(root, split):
+    for path in split_files(root, split) if paths is None else paths:
         name = path.relative_to(root).as_posix()
         if is_json(name):
             try:
