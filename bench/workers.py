@@ -403,7 +403,7 @@ def _spawned_at() -> float:
 # stage). Wall seconds of the build's own thread, except those marked threads (summed over the source
 # pass's threads). A name a databuild no longer has is reported as not measured: keep them current.
 STAGES = (
-    ("databuild.inputs.resolve", "hash_files", "pin: hash the source"),
+    ("databuild.inputs.resolve", "source_files", "pin: the source's footers (its hash beside them)"),
     ("databuild.executors.loader", "load_tokenizer", "pin: load the tokenizer"),
     ("databuild.build", "pin", "pin (all)"),
     ("databuild.prepare", "placement", "source pass: permutation"),
