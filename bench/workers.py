@@ -404,6 +404,7 @@ def _spawned_at() -> float:
 # pass's threads). A name a databuild no longer has is reported as not measured: keep them current.
 STAGES = (
     ("databuild.inputs.resolve", "source_files", "pin: the source's footers (its hash beside them)"),
+    ("databuild.inputs.pins", "hash_files", "hash the source (threads: pin, end check)"),
     ("databuild.executors.loader", "load_tokenizer", "pin: load the tokenizer"),
     ("databuild.build", "pin", "pin (all)"),
     ("databuild.prepare", "placement", "source pass: permutation"),
