@@ -71,8 +71,8 @@ def make(name, out_dir, offline, dataset_dir, tokenizer_dir, workers, batch_size
     from .executors import start_early
 
     # Where it will build with encode processes, their fork server starts first, so that its imports and the
-    # tokenizer's load run beside the config's and the build's own (pyarrow and its compute functions, the
-    # sources' formats, pandas: ~0.5 s before the config is read). It builds for sure with --force, or where
+    # tokenizer's load run beside the reading of the config and the build's own imports (pyarrow and its
+    # compute functions, the sources' formats: ~0.5 s here). It builds for sure with --force, or where
     # --out holds no build of any name (publish/manifest.manifest_path's names); else it starts once the
     # config names its output and no build of that name is there (build.make starts it too, and finds it
     # running).

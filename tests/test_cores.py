@@ -369,8 +369,8 @@ main(sys.argv[1:])
 ])
 def test_databuild_make_starts_the_fork_server_before_the_config_and_the_builds_imports(tmp_path, tiny_build, there,
                                                                                          force, started):
-    """`databuild make` starts the workers' fork server before it reads the config (pyarrow, the sources'
-    formats) and imports the build (pandas), once it knows it builds: --force, or no build of any name in
+    """`databuild make` starts the workers' fork server before it reads the config (the sources' formats,
+    pyarrow) and imports the build, once it knows it builds: --force, or no build of any name in
     --out; else once the config names its output and no build of that name is there. Not when the
     config's build is there: it may be up to date, and make then returns without any worker."""
     from conftest import TINY
