@@ -512,6 +512,29 @@ def test_an_encode_process_never_imports_pandas(tiny_config, monkeypatch):
     assert set(seen) == workers and not any(seen.values()), seen
 
 
+def test_an_encode_process_imports_the_spills_reader_before_its_first_batch(tiny_config, monkeypatch):
+    """A worker imports what reads its batches from the spill (pyarrow and its compute functions) while it
+    waits for the encoder, not when its first batch arrives: every worker is asked before any batch."""
+    from databuild.executors.local import LocalEncoding
+    from databuild.prepare import prepare
+
+    monkeypatch.setenv("DATABUILD_CORES", "8")
+    with prepare(tiny_config) as prepared:
+        with LocalEncoding(prepared.encoder, 2) as local:
+            seen: dict[int, bool] = {}
+            for _ in range(400):  # until each worker has answered
+                seen.update([local.pool.submit(_spill_reader_imported).result()])
+                if len(seen) == 2:
+                    break
+            workers = {p.pid for p in local.pool._processes.values()}
+    assert set(seen) == workers and all(seen.values()), seen
+
+
+def _spill_reader_imported() -> tuple[int, bool]:
+    time.sleep(0.01)  # so that one worker does not take every call
+    return os.getpid(), "databuild.sources.spilled" in sys.modules
+
+
 def _pandas_imported() -> tuple[int, bool]:
     time.sleep(0.01)  # so that one worker does not take every call
     return os.getpid(), "pandas" in sys.modules

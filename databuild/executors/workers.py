@@ -52,6 +52,9 @@ def start_worker(encoder_file: str, written, threads: int, origins: dict[str, st
     # the build's own process keeps its environment.
     os.environ.update(RAYON_NUM_THREADS=str(threads), TOKENIZERS_PARALLELISM="true" if threads > 1 else "false")
     _worker_problem = imported_elsewhere(origins)
+    # What its first batch needs to be read (the spill's reader, pyarrow and its compute functions: 0.1-0.25 s
+    # here) imported while it waits, not as that batch arrives (at the unpickling of its SpilledBatch).
+    from ..sources import spilled  # noqa: F401
     # The workers start while the tokenizer still loads (executors/loader.py) and wait here for its
     # encoder's file, `written` once it is there, or once the build ends without one.
     written.wait()
