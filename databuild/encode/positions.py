@@ -26,6 +26,7 @@ from bisect import bisect_right
 from dataclasses import dataclass
 
 import numpy as np
+from tokenizers.models import BPE
 from tokenizers.pre_tokenizers import ByteLevel
 
 # Rust regex's \s, which tokenizers' lstrip/rstrip take: Unicode White_Space (Python's str.isspace also
@@ -84,20 +85,28 @@ class AddedTokens:
 def _unplaceable(backend, tokens: dict) -> str | None:
     if any(t.single_word or t.normalized for t in tokens.values()):
         return "added tokens matched as single words or after the normalizer"
-    spec = json.loads(backend.to_str())
+    # Each part as the tokenizer's JSON writes it (its pickled state), and the model's settings and vocabulary
+    # asked one by one: not the whole JSON, whose vocabulary and merges took 0.2 s to write and parse (Phi-3),
+    # on the way to every worker's first batch (the tokenizer's loader, executors/loader.py)
+    parts = {part: None if getattr(backend, part) is None else json.loads(getattr(backend, part).__getstate__())
+             for part in ("normalizer", "pre_tokenizer", "post_processor")}
     for part, allowed in (("normalizer", _NORMALIZERS), ("pre_tokenizer", _PRE_TOKENIZERS),
                           ("post_processor", _POST_PROCESSORS)):
-        for step in _steps(spec.get(part)):
+        for step in _steps(parts[part]):
             if step["type"] not in allowed or step.get("behavior") == "Removed" or (
                     step["type"] == "Replace" and (len(step["pattern"].get("String", "")) != 1 or not step["content"])) \
                     or (part == "post_processor" and step.get("trim_offsets")):
                 return f"its {part} {step['type']}"
-    model, vocab = spec["model"], backend.get_vocab(with_added_tokens=True)
-    byte_level = any(s["type"] == "ByteLevel" for s in _steps(spec.get("pre_tokenizer")))
-    if model["type"] != "BPE" or not (
-            byte_level and all(c in vocab for c in ByteLevel.alphabet())
-            or model.get("byte_fallback") and all(f"<0x{b:02X}>" in vocab for b in range(256))
-            or model.get("unk_token") in vocab):
+    model = backend.model
+
+    def in_vocab(token) -> bool:
+        return token is not None and backend.token_to_id(token) is not None
+
+    byte_level = any(s["type"] == "ByteLevel" for s in _steps(parts["pre_tokenizer"]))
+    if not isinstance(model, BPE) or not (
+            byte_level and all(in_vocab(c) for c in ByteLevel.alphabet())
+            or model.byte_fallback and all(in_vocab(f"<0x{b:02X}>") for b in range(256))
+            or in_vocab(model.unk_token)):
         return "its model may leave a character without a token"
     return None
 
