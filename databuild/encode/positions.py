@@ -86,7 +86,7 @@ def _unplaceable(backend, tokens: dict) -> str | None:
     if any(t.single_word or t.normalized for t in tokens.values()):
         return "added tokens matched as single words or after the normalizer"
     # Each part as the tokenizer's JSON writes it (its pickled state), and the model's settings and vocabulary
-    # asked one by one: not the whole JSON, whose vocabulary and merges took 0.2 s to write and parse (Phi-3),
+    # asked one by one: not the whole JSON, whose vocabulary and merges took 0.1-0.15 s to write and parse (Phi-3),
     # on the way to every worker's first batch (the tokenizer's loader, executors/loader.py)
     parts = {part: None if getattr(backend, part) is None else json.loads(getattr(backend, part).__getstate__())
              for part in ("normalizer", "pre_tokenizer", "post_processor")}
