@@ -496,45 +496,38 @@ def test_an_encode_process_never_imports_pandas(tiny_config, monkeypatch):
     """pyarrow imports pandas at a process's first array to or from numpy (~0.5 s): the workers read their
     batches from the spill without one, so that each does not spend it at its first batch, all at once,
     when the build's encoding starts. Every worker is asked, after each has encoded batches."""
-    from databuild.prepare import prepare
-    from databuild.executors.local import LocalEncoding
-
-    monkeypatch.setenv("DATABUILD_CORES", "8")
-    with prepare(tiny_config) as prepared:
-        with LocalEncoding(prepared.encoder, 2) as local:
-            assert sum(1 for _ in local.stream(prepared.batches(2, by_reference=True))) > 0
-            seen: dict[int, bool] = {}
-            for _ in range(400):  # until each worker has answered
-                seen.update([local.pool.submit(_pandas_imported).result()])
-                if len(seen) == 2:
-                    break
-            workers = {p.pid for p in local.pool._processes.values()}
-    assert set(seen) == workers and not any(seen.values()), seen
+    assert not any(_every_worker_answers(tiny_config, monkeypatch, "pandas", encode_first=True).values())
 
 
 def test_an_encode_process_imports_the_spills_reader_before_its_first_batch(tiny_config, monkeypatch):
     """A worker imports what reads its batches from the spill (pyarrow and its compute functions) while it
     waits for the encoder, not when its first batch arrives: every worker is asked before any batch."""
+    assert all(_every_worker_answers(tiny_config, monkeypatch, "databuild.sources.spilled").values())
+
+
+def _every_worker_answers(config, monkeypatch, module: str, encode_first: bool = False) -> dict[int, bool]:
+    """Whether each of two workers has imported `module` (by pid), asked until both have answered; with
+    `encode_first`, once the stream has been encoded."""
     from databuild.executors.local import LocalEncoding
     from databuild.prepare import prepare
 
     monkeypatch.setenv("DATABUILD_CORES", "8")
-    with prepare(tiny_config) as prepared:
+    with prepare(config) as prepared:
         with LocalEncoding(prepared.encoder, 2) as local:
+            if encode_first:
+                assert sum(1 for _ in local.stream(prepared.batches(2, by_reference=True))) > 0
             seen: dict[int, bool] = {}
             for _ in range(400):  # until each worker has answered
-                seen.update([local.pool.submit(_spill_reader_imported).result()])
+                seen.update([local.pool.submit(_imported, module).result()])
                 if len(seen) == 2:
                     break
             workers = {p.pid for p in local.pool._processes.values()}
-    assert set(seen) == workers and all(seen.values()), seen
+    assert set(seen) == workers, seen
+    return seen
 
 
-def _spill_reader_imported() -> tuple[int, bool]:
+def _imported(module: str) -> tuple[int, bool]:
     time.sleep(0.01)  # so that one worker does not take every call
-    return os.getpid(), "databuild.sources.spilled" in sys.modules
+    return os.getpid(), module in sys.modules
 
 
-def _pandas_imported() -> tuple[int, bool]:
-    time.sleep(0.01)  # so that one worker does not take every call
-    return os.getpid(), "pandas" in sys.modules
