@@ -529,5 +529,3 @@ def _every_worker_answers(config, monkeypatch, module: str, encode_first: bool =
 def _imported(module: str) -> tuple[int, bool]:
     time.sleep(0.01)  # so that one worker does not take every call
     return os.getpid(), module in sys.modules
-
-
