@@ -89,26 +89,33 @@ def test_row_groups_queued_for_the_writer_are_written_in_order(tiny_config, tiny
     of the file's bytes (hashed as the file grew, synced on the way); a write that fails with groups still
     queued behind it stops the build and leaves no file under either name."""
     monkeypatch.setattr(write, "ROW_GROUP_TOKENS", 512 * 4)
-    # the file hashed and synced as it grows (utils.files.GrowingFile): a sync every few groups here
-    synced = []
+    # the file hashed and synced as it grows (utils.files.GrowingFile): a sync every few groups here, each
+    # through the bytes the writer had appended when it asked (its size then, not when the thread ran it)
+    synced, syncs = [], []
     monkeypatch.setattr(files_module, "SYNC_BYTES", 4096)
-    monkeypatch.setattr(files_module, "_fdatasync", lambda fd: synced.append(os.fstat(fd).st_size))
-    files = {}
+    monkeypatch.setattr(files_module, "_fdatasync", lambda fd: syncs.append(fd))
+    catch_up = files_module.GrowingFile._catch_up
+
+    def recorded(self, sync, size=None):
+        before = len(syncs)
+        catch_up(self, sync, size)
+        synced.extend([self._synced] * (len(syncs) - before))
+
+    monkeypatch.setattr(files_module.GrowingFile, "_catch_up", recorded)
+    files, syncs_at = {}, {}
     for queued in (1, 4):
         monkeypatch.setattr(write, "GROUPS_QUEUED", queued)
         synced.clear()
         grouped = make(tiny_config, tmp_path / f"queued-{queued}", progress=False)
-        # synced while written, more than once, the first before the file's end (not all at the end). Each sync
-        # records the file's size when the growing file's thread runs it, which the writer may have passed
-        # meanwhile, up to the file's end (a fresh clone's CI run saw the last sync at the end)
-        size = grouped.parquet.stat().st_size
-        assert len(synced) >= 2 and synced == sorted(synced) and synced[0] < size and synced[-1] <= size
+        # synced while written, never past the file's end, and more than once: not all at the end
+        assert len(synced) >= 2 and synced == sorted(synced) and synced[-1] < grouped.parquet.stat().st_size
+        syncs_at[queued] = list(synced)
         assert pq.ParquetFile(grouped.parquet).metadata.num_row_groups == 10
         assert grouped.data["output"]["rows_sha256"] == tiny_build.data["output"]["rows_sha256"]
         files[queued] = grouped.parquet.read_bytes()
         assert (grouped.data["output"]["parquet_sha256"], grouped.data["output"]["parquet_bytes"]) == (
             hashlib.sha256(files[queued]).hexdigest(), len(files[queued]))
-    assert files[1] == files[4]
+    assert files[1] == files[4] and syncs_at[1] == syncs_at[4]  # where it syncs follows the writes alone
     written, original = [], pq.ParquetWriter.write_table
 
     def failing_third(self, table, **kwargs):
