@@ -91,7 +91,8 @@ class Encoder:
         if self._backend is None:
             from tokenizers import Tokenizer
 
-            self._backend = Tokenizer.from_str(self._backend_json)
+            # the JSON is the tokenizer's own again from here on (to_str): not kept twice
+            self._backend, self._backend_json = Tokenizer.from_str(self._backend_json), None
         return self._backend
 
     def __getstate__(self):

@@ -88,8 +88,8 @@ def _unplaceable(backend, tokens: dict) -> str | None:
     # Each part as the tokenizer's JSON writes it (its pickled state), and the model's settings and vocabulary
     # asked one by one: not the whole JSON, whose vocabulary and merges took 0.1-0.15 s to write and parse (Phi-3),
     # on the way to every worker's first batch (the tokenizer's loader, executors/loader.py)
-    parts = {part: None if getattr(backend, part) is None else json.loads(getattr(backend, part).__getstate__())
-             for part in ("normalizer", "pre_tokenizer", "post_processor")}
+    parts = {part: getattr(backend, part) for part in ("normalizer", "pre_tokenizer", "post_processor")}
+    parts = {part: None if found is None else json.loads(found.__getstate__()) for part, found in parts.items()}
     for part, allowed in (("normalizer", _NORMALIZERS), ("pre_tokenizer", _PRE_TOKENIZERS),
                           ("post_processor", _POST_PROCESSORS)):
         for step in _steps(parts[part]):
